@@ -1,0 +1,57 @@
+import signal
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from dashboard import services
+from dashboard.standalone import Stack, StartError, connect_host, port_in_use
+
+
+class Command(BaseCommand):
+    help = "Start the whole panel on this machine: Redis, web, worker and monitor. Ctrl-C stops it all."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--web-workers", type=int, default=2)
+
+    def handle(self, *args, host, port, web_workers, **options):
+        if not 1 <= port <= 65535:
+            raise CommandError(f"--port {port} is not a TCP port: use 1 to 65535.")
+        if port_in_use(host, port):
+            raise CommandError(f"port {port} on {host} is already in use (another Kiln?). Stop it or pass --port N.")
+        stack = Stack(host=host, port=port, web_workers=web_workers, data_dir=settings.DATA_DIR, host_name=settings.HOST_NAME)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stack.stopping.set())
+        code = 0
+        try:
+            stack.say(f"data in {settings.DATA_DIR}")
+            call_command("migrate", interactive=False, verbosity=0)
+            password = services.ensure_first_operator()
+            stack.start_redis()
+            stack.start_services()
+            stack.wait_for_web()
+            if not stack.stopping.is_set():
+                self.banner(stack, host, port, password)
+                code = stack.watch()
+        except StartError as exc:
+            stack.say(f"could not start: {exc}")
+            code = 1
+        finally:
+            stack.say("stopping…")
+            stack.stop()
+            stack.say("stopped; nothing left running.")
+        if code:
+            raise SystemExit(code)
+
+    def banner(self, stack, host, port, password):
+        url = f"http://{connect_host(host)}:{port}/"
+        stack.say(f"Kiln is up at {url}")
+        if password:
+            stack.say(f"sign in as admin with the one-time password {password} (shown only now)")
+        else:
+            stack.say("sign in with your account (lost the operator password? python3 manage.py createoperator admin --reset)")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            stack.say(f"listening on {host}: add this machine's name to ALLOWED_HOSTS so browsers elsewhere may connect.")
+        stack.say("press Ctrl-C to stop")

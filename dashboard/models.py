@@ -1,0 +1,65 @@
+from django.conf import settings
+from django.db import models
+
+
+class Account(models.Model):
+    """What Kiln keeps about a user beyond Django's User."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="account")
+    # Set when an operator (or the first-run step) handed out a one-time password.
+    must_change_password = models.BooleanField(default=False)
+
+    def __str__(self):
+        return f"account of {self.user}"
+
+
+class Job(models.Model):
+    """A background job the UI can follow: status, times, error, result.
+
+    Celery's result backend is not the record; this row is. Feature areas keep
+    their own rows (downloads, deployments, benchmark runs) with the same shape.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    STATUS_COLOURS = {"pending": "grey", "running": "blue", "succeeded": "green", "failed": "red"}
+
+    class Kind(models.TextChoices):
+        WORKER_CHECK = "worker-check", "Worker check"
+
+    kind = models.CharField(max_length=40, choices=Kind.choices)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    worker = models.CharField(max_length=200, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+    @property
+    def colour(self):
+        return self.STATUS_COLOURS[self.status]
+
+    def as_dict(self):
+        return {
+            "id": self.pk,
+            "kind": self.kind,
+            "status": self.status,
+            "created": self.created.isoformat() if self.created else None,
+            "started": self.started.isoformat() if self.started else None,
+            "finished": self.finished.isoformat() if self.finished else None,
+            "worker": self.worker,
+            "result": self.result,
+            "error": self.error,
+        }

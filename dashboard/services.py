@@ -1,0 +1,118 @@
+"""Writes: accounts, jobs, and the checks of the services Kiln runs on."""
+import json
+import secrets
+import time
+
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
+
+from dashboard.models import Account, Job
+from dashboard.roles import set_role
+
+MONITOR_HEARTBEAT_KEY = "kiln:monitor:{host}"
+
+
+class RedisUnavailable(Exception):
+    pass
+
+
+def one_time_password():
+    # 16 url-safe characters: easy to paste, about 96 bits.
+    return secrets.token_urlsafe(12)
+
+
+@transaction.atomic
+def account_create(*, username, role, email=""):
+    """Create a user with a one-time password; returns (user, password)."""
+    User = get_user_model()
+    password = one_time_password()
+    user = User.objects.create_user(username=username, email=email, password=password)
+    set_role(user, role)
+    Account.objects.create(user=user, must_change_password=True)
+    return user, password
+
+
+@transaction.atomic
+def account_reset_password(*, user):
+    password = one_time_password()
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    Account.objects.update_or_create(user=user, defaults={"must_change_password": True})
+    return password
+
+
+def account_password_changed(*, user):
+    Account.objects.update_or_create(user=user, defaults={"must_change_password": False})
+
+
+def ensure_first_operator(username="admin"):
+    """On a database with no users, create the first operator and return its
+    one-time password; otherwise return None (passwords are never shown twice)."""
+    User = get_user_model()
+    if User.objects.exists():
+        return None
+    user, password = account_create(username=username, role="operator")
+    user.is_superuser = True
+    user.is_staff = True
+    user.save(update_fields=["is_superuser", "is_staff"])
+    return password
+
+
+def redis_client():
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+
+
+def redis_check(url=None):
+    """None when Redis answers PING, else a sentence saying what failed."""
+    url = url or settings.REDIS_URL
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+    except redis.RedisError as exc:
+        return f"Redis at {url} is not reachable ({exc}). Start Redis, or unset REDIS_URL to use the embedded one."
+    return None
+
+
+def monitor_heartbeats():
+    """The latest heartbeat of each host's monitor process (they expire after a few seconds)."""
+    client = redis_client()
+    beats = []
+    for key in client.scan_iter(match=MONITOR_HEARTBEAT_KEY.format(host="*")):
+        raw = client.get(key)
+        if raw:
+            beat = json.loads(raw)
+            beat["age_s"] = round(time.time() - beat["time"], 1)
+            beats.append(beat)
+    return sorted(beats, key=lambda b: b["host"])
+
+
+def job_enqueue_worker_check(*, user):
+    """Ask a worker to prove it runs tasks. The row records the outcome either way."""
+    from dashboard.tasks import run_worker_check
+
+    job = Job.objects.create(kind=Job.Kind.WORKER_CHECK, created_by=user)
+    try:
+        run_worker_check.delay(job.pk)
+    except (BrokerError, redis.RedisError, OSError) as exc:
+        job_fail(job, f"Could not queue the job: Redis at {settings.REDIS_URL} did not answer ({exc}).")
+    return job
+
+
+def job_claim(job_id, worker):
+    """Claim before work: zero rows updated means another worker has it."""
+    claimed = Job.objects.filter(pk=job_id, status=Job.Status.PENDING).update(
+        status=Job.Status.RUNNING, started=timezone.now(), worker=worker
+    )
+    return claimed == 1
+
+
+def job_succeed(job_id, result):
+    Job.objects.filter(pk=job_id).update(status=Job.Status.SUCCEEDED, finished=timezone.now(), result=result)
+
+
+def job_fail(job, error):
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.FAILED, finished=timezone.now(), error=error)
+    job.refresh_from_db()

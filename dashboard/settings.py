@@ -1,0 +1,177 @@
+"""Kiln settings. Everything a deployment changes comes from the environment.
+
+SQLite under DATA_DIR and a Redis on localhost are the defaults "so one can just
+check out the code and run it"; PostgreSQL and a shared Redis are one variable
+each. Bad values stop the start with a message naming the variable (dashboard.env).
+"""
+import socket
+from pathlib import Path
+
+import dj_database_url
+
+from dashboard.env import (
+    ConfigError,
+    envbool,
+    envfloat,
+    envint,
+    envlist,
+    envpath,
+    envurl,
+    secret_key,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DATA_DIR = envpath("DATA_DIR", BASE_DIR / "data")
+LOG_DIR = DATA_DIR / "logs"
+LOG_DIR.mkdir(exist_ok=True)
+MODELS_DIR = envpath("MODELS_DIR", DATA_DIR / "models")
+
+SECRET_KEY = secret_key(DATA_DIR)
+DEBUG = envbool("DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+# The name of this GPU host: its Celery queue is host.<name> and its monitor
+# reports under it. One host by default; more hosts share Redis and the database.
+HOST_NAME = envlist("KILN_HOST_NAME", [socket.gethostname().split(".")[0] or "local"])[0]
+
+INSTALLED_APPS = [
+    "daphne",  # runserver serves ASGI (websockets) in development
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "dashboard",
+    "inference",
+    "monitoring",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "dashboard.middleware.LoginRequiredMiddleware",
+    "dashboard.middleware.OneTimePasswordMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+ASGI_APPLICATION = "dashboard.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "dashboard.roles.context_processor",
+            ],
+        },
+    },
+]
+
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            envurl(
+                "DATABASE_URL",
+                f"sqlite:///{DATA_DIR / 'kiln.sqlite3'}",
+                schemes=("sqlite", "postgres", "postgresql", "pgsql"),
+            ),
+            conn_max_age=envint("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        )
+    }
+except ValueError as exc:
+    raise ConfigError(f"DATABASE_URL is not a database address Kiln understands: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web server, the worker and the monitor write to one file at once:
+    # WAL lets readers go on during a write, IMMEDIATE transactions queue writers
+    # instead of failing with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-kiln.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 14 * 24 * 3600, minimum=300)
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = envlist("TIME_ZONE", ["UTC"])[0]
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the finders when collectstatic has not been run (the
+# standalone runner and tests); production images run collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+# Redis carries the Celery queue and the Channels layer.
+REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 500, "expiry": 30},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True  # the database row is the record, not a result backend
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Enqueueing must fail fast when Redis is down so the user sees an error, not a hung page.
+CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("CELERY_BROKER_CONNECTION_TIMEOUT", 3.0, minimum=0.5)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# The monitor's sampling period; issue-specific code reads it.
+MONITOR_INTERVAL = envfloat("MONITOR_INTERVAL", 1.0, minimum=0.25, maximum=60)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envlist("LOG_LEVEL", ["INFO"])[0].upper()},
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}
+
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "dashboard.staticfinders.PlotlyFinder",
+]

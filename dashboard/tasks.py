@@ -1,0 +1,25 @@
+import os
+import platform
+import socket
+
+import celery
+from celery import shared_task
+
+from dashboard import services
+
+
+@shared_task(bind=True)
+def run_worker_check(self, job_id):
+    worker = self.request.hostname or socket.gethostname()
+    if not services.job_claim(job_id, worker):
+        return
+    services.job_succeed(
+        job_id,
+        {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "queue": (self.request.delivery_info or {}).get("routing_key", ""),
+            "python": platform.python_version(),
+            "celery": celery.__version__,
+        },
+    )

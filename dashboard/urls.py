@@ -1,0 +1,25 @@
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from dashboard import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("users/", views.users, name="users"),
+    path("users/new", views.user_create, name="user_create"),
+    path("users/<int:user_id>/role", views.user_role, name="user_role"),
+    path("users/<int:user_id>/reset-password", views.user_reset_password, name="user_reset_password"),
+    path("api/status", views.api_status, name="api_status"),
+    path("api/jobs/worker-check", views.api_worker_check, name="api_worker_check"),
+    path("api/jobs/<int:job_id>", views.api_job, name="api_job"),
+    path("", include("inference.urls")),
+    path("", include("monitoring.urls")),
+]
+
+handler403 = "dashboard.errors.forbidden"
+handler404 = "dashboard.errors.not_found"
+handler500 = "dashboard.errors.server_error"

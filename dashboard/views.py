@@ -1,0 +1,120 @@
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.db import connection
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import services
+from dashboard.forms import AccountCreateForm, RoleForm
+from dashboard.models import Job
+from dashboard.roles import operator_required, role_of, set_role
+
+
+@login_not_required
+@require_GET
+def healthz(request):
+    """For load balancers and docker: the web process answers and reaches the database."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"ok": True})
+
+
+def home(request):
+    return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
+
+
+@require_GET
+def api_status(request):
+    """Redis, the monitor processes and (on request) the Celery workers."""
+    status = {"host": settings.HOST_NAME, "redis": {"ok": True, "error": None}, "monitors": [], "workers": None}
+    error = services.redis_check()
+    if error:
+        status["redis"] = {"ok": False, "error": error}
+        return JsonResponse(status)
+    status["monitors"] = services.monitor_heartbeats()
+    if request.GET.get("workers"):
+        from dashboard.celery import app
+
+        replies = app.control.ping(timeout=1.0) or []
+        status["workers"] = sorted(name for reply in replies for name in reply)
+    return JsonResponse(status)
+
+
+@require_POST
+@operator_required
+def api_worker_check(request):
+    job = services.job_enqueue_worker_check(user=request.user)
+    return JsonResponse({"job": job.as_dict()}, status=202 if job.status != Job.Status.FAILED else 503)
+
+
+@require_GET
+def api_job(request, job_id):
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return JsonResponse({"error": {"code": "not_found", "message": f"No job #{job_id}."}}, status=404)
+    return JsonResponse({"job": job.as_dict()})
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "registration/password_change.html"
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.account_password_changed(user=self.request.user)
+        messages.success(self.request, "Password changed.")
+        return response
+
+    def get_success_url(self):
+        return "/"
+
+
+def users(request):
+    User = get_user_model()
+    rows = [(user, role_of(user)) for user in User.objects.order_by("username")]
+    return render(request, "dashboard/users.html", {"rows": rows, "form": AccountCreateForm()})
+
+
+@require_POST
+@operator_required
+def user_create(request):
+    form = AccountCreateForm(request.POST)
+    if not form.is_valid():
+        User = get_user_model()
+        rows = [(user, role_of(user)) for user in User.objects.order_by("username")]
+        return render(request, "dashboard/users.html", {"rows": rows, "form": form}, status=400)
+    user, password = services.account_create(
+        username=form.cleaned_data["username"], role=form.cleaned_data["role"], email=form.cleaned_data["email"]
+    )
+    return render(request, "dashboard/one_time_password.html", {"account_user": user, "password": password})
+
+
+@require_POST
+@operator_required
+def user_role(request, user_id):
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Pick a role: operator or viewer.")
+    elif user == request.user and form.cleaned_data["role"] != "operator":
+        messages.error(request, "You cannot take the operator role from yourself; ask another operator.")
+    else:
+        set_role(user, form.cleaned_data["role"])
+        messages.success(request, f"{user.username} is now a {form.cleaned_data['role']}.")
+    return redirect("users")
+
+
+@require_POST
+@operator_required
+def user_reset_password(request, user_id):
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    password = services.account_reset_password(user=user)
+    return render(request, "dashboard/one_time_password.html", {"account_user": user, "password": password})
+
+
+def section(request, title, blurb):
+    """A section of the navigation whose feature has not landed yet says so plainly."""
+    return render(request, "dashboard/section.html", {"title": title, "blurb": blurb})

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Django's command-line utility for Kiln."""
+import os
+import sys
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+
+
+def bootstrap_if_standalone():
+    """`manage.py standalone` must work on a bare python3: build the venv first."""
+    if len(sys.argv) < 2 or sys.argv[1] != "standalone":
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kiln_bootstrap", BASE_DIR / "dashboard" / "bootstrap.py")
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    bootstrap.reexec_in_venv([str(BASE_DIR / "manage.py"), *sys.argv[1:]])
+
+
+def main():
+    bootstrap_if_standalone()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    try:
+        from django.core.management import execute_from_command_line
+    except ImportError as exc:
+        raise SystemExit(
+            "kiln: Django is not installed in this Python. Run `python3 manage.py standalone` "
+            "(it creates .venv and installs requirements.txt), or activate .venv first."
+        ) from exc
+    from dashboard.env import ConfigError
+
+    try:
+        from django.conf import settings
+
+        settings.INSTALLED_APPS  # load settings now, so a bad value is reported here
+    except ConfigError as exc:
+        raise SystemExit(f"kiln: configuration error: {exc}") from None
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

