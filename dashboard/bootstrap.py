@@ -21,7 +21,7 @@ BUILD_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -
 
 
 def say(message):
-    print(f"kiln: {message}", flush=True)
+    print(f"kiln: {message}", file=sys.stderr, flush=True)
 
 
 def stamp_path(name):
@@ -54,7 +54,7 @@ def ensure_venv(requirement_files=("requirements.txt",)):
         pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         for name in stale:
             pip += ["-r", str(BASE_DIR / name)]
-        if subprocess.run(pip, env={**os.environ, **BUILD_ENV}).returncode != 0:
+        if subprocess.run(pip, env={**os.environ, **BUILD_ENV}, stdout=sys.stderr).returncode != 0:
             say("installing requirements failed (see pip's message above); nothing was started.")
             sys.exit(1)
         for name in stale:

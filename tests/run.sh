@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run Kiln's whole test suite on a fresh machine: installs Debian's Chromium for
+# the browser tests, creates .venv with requirements.txt + tests/requirements.txt
+# (the first time builds llama.cpp: about 10 minutes), then runs pytest.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh tests/dashboard -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "kiln: installing Debian's chromium and chromium-driver for the browser tests" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >&2
+fi
+
+PYTHON=$(python3 dashboard/bootstrap.py requirements.txt tests/requirements.txt)
+# pytest exits 5 when no test ran; set -e makes that (like any failure) fail this script.
+exec "$PYTHON" -m pytest -c tests/pytest.ini --rootdir=. "$@"
