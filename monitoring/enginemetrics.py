@@ -52,7 +52,12 @@ ENGINE_NAMES = {
         "generation_tokens_total": (["llamacpp:tokens_predicted_total"], "sum"),
         "requests_running": (["llamacpp:requests_processing"], "sum"),
         "requests_waiting": (["llamacpp:requests_deferred"], "sum"),
+        # Dropped from newer llama-server builds: then None.
         "kv_cache_usage": (["llamacpp:kv_cache_usage_ratio"], "max"),
+        # Newer llama-server builds with speculative decoding.
+        "spec_drafts_total": (["llamacpp:spec_decode_num_drafts_total"], "sum"),
+        "spec_draft_tokens_total": (["llamacpp:spec_decode_num_draft_tokens_total"], "sum"),
+        "spec_accepted_tokens_total": (["llamacpp:spec_decode_num_accepted_tokens_total"], "sum"),
     },
     "sglang": {
         "prompt_tokens_total": (["sglang:prompt_tokens_total"], "sum"),
