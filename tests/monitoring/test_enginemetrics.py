@@ -1,0 +1,188 @@
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitoring.enginemetrics import (EngineMetricsReader, MetricsParseError, RateTracker, SCHEMA_FIELDS,
+                                      detect_engine, parse_prometheus_text)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture(name):
+    return (FIXTURES / name).read_text()
+
+
+def bump(text, name, by):
+    """The same page a moment later: one unlabelled-or-labelled sample grown by `by`."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, value = line.rsplit(" ", 1)
+            line = f"{head} {float(value) + by}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_parser_agrees_with_prometheus_client_on_every_fixture():
+    for name in ["vllm_v1.txt", "vllm_v0.txt", "sglang.txt", "llamacpp.txt"]:
+        text = fixture(name)
+        ours = parse_prometheus_text(text)
+        theirs = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                # prometheus_client renames a counter that lacks "_total" (llama.cpp's
+                # n_tokens_max) to a name the page does not have; ours keeps the page's.
+                sample_name = s.name if s.name in ours else s.name.removesuffix("_total")
+                theirs.setdefault(sample_name, []).append((dict(s.labels), s.value))
+        assert ours == theirs, name
+
+
+def test_parser_handles_escapes_timestamps_and_special_values():
+    text = ('# HELP x y\n'
+            'a{path="C:\\\\dir",msg="say \\"hi\\"",b="}{,"} 1.5 1712345678000\n'
+            'b NaN\nc +Inf\nd{} -3e2\n')
+    parsed = parse_prometheus_text(text)
+    assert parsed["a"] == [({"path": "C:\\dir", "msg": 'say "hi"', "b": "}{,"}, 1.5)]
+    assert parsed["c"][0][1] == float("inf") and parsed["d"] == [({}, -300.0)]
+
+
+def test_parser_names_the_bad_line():
+    with pytest.raises(MetricsParseError, match="line 2 has a value that is not a number"):
+        parse_prometheus_text("ok 1\nbad{a=\"1\"} one\n")
+    with pytest.raises(MetricsParseError, match="line 1 has malformed labels"):
+        parse_prometheus_text('x{a=1} 2\n')
+
+
+def test_engine_detected_from_names():
+    assert detect_engine(parse_prometheus_text(fixture("vllm_v1.txt"))) == "vllm"
+    assert detect_engine(parse_prometheus_text(fixture("vllm_v0.txt"))) == "vllm"
+    assert detect_engine(parse_prometheus_text(fixture("sglang.txt"))) == "sglang"
+    assert detect_engine(parse_prometheus_text(fixture("llamacpp.txt"))) == "llamacpp"
+    assert detect_engine({"process_cpu_seconds_total": []}) is None
+
+
+def test_vllm_v1_two_scrapes_give_rates_and_interval_ratios():
+    text = fixture("vllm_v1.txt")
+    reader = EngineMetricsReader()
+    first = reader.read(text, now=100.0)
+    assert first["engine"] == "vllm"
+    assert first["prompt_tokens_per_s"] is None and first["generation_tokens_per_s"] is None
+    assert first["requests_running"] == 12 and first["requests_waiting"] == 3
+    assert first["kv_cache_usage"] == pytest.approx(0.4375)
+    assert first["prefix_cache_hit_rate"] == pytest.approx(0.25)  # lifetime 600k / 2.4M
+    assert first["spec_decode_acceptance_rate"] == pytest.approx(0.4)
+    assert first["spec_decode_mean_accept_length"] == pytest.approx(7.0)
+    assert first["preemptions_total"] == 7
+
+    later = text
+    later = bump(later, "vllm:prompt_tokens_total", 4000)
+    later = bump(later, "vllm:generation_tokens_total", 1000)
+    later = bump(later, "vllm:prefix_cache_queries_total", 4000)
+    later = bump(later, "vllm:prefix_cache_hits_total", 3000)
+    later = bump(later, "vllm:spec_decode_num_draft_tokens_total", 1500)
+    later = bump(later, "vllm:spec_decode_num_accepted_tokens_total", 1200)
+    later = bump(later, "vllm:spec_decode_num_drafts_total", 100)
+    later = bump(later, "vllm:num_preemptions_total", 2)
+    second = reader.read(later, now=102.0)
+    assert second["prompt_tokens_per_s"] == pytest.approx(2000)
+    assert second["generation_tokens_per_s"] == pytest.approx(500)
+    assert second["prefix_cache_hit_rate"] == pytest.approx(0.75)  # this interval, not lifetime
+    assert second["spec_decode_acceptance_rate"] == pytest.approx(0.8)
+    assert second["spec_decode_mean_accept_length"] == pytest.approx(13.0)
+    assert second["preemptions_per_s"] == pytest.approx(1.0) and second["preemptions_total"] == 9
+    assert set(second) == set(SCHEMA_FIELDS)
+    json.dumps(second)
+
+
+def test_vllm_v0_old_names():
+    reader = EngineMetricsReader()
+    snap = reader.read(fixture("vllm_v0.txt"), now=0.0)
+    assert snap["engine"] == "vllm"
+    assert snap["kv_cache_usage"] == pytest.approx(0.9731)  # gpu_cache_usage_perc
+    # no rate yet from counters: the engine's own averages stand in
+    assert snap["prompt_tokens_per_s"] == pytest.approx(1520.4)
+    assert snap["generation_tokens_per_s"] == pytest.approx(412.7)
+    assert snap["spec_decode_acceptance_rate"] == pytest.approx(0.62)
+    assert snap["requests_running"] == 5 and snap["requests_waiting"] == 9 and snap["preemptions_total"] == 31
+    assert snap["prefix_cache_hit_rate"] is None
+    later = bump(fixture("vllm_v0.txt"), "vllm:generation_tokens_total", 300)
+    assert reader.read(later, now=3.0)["generation_tokens_per_s"] == pytest.approx(100)
+
+
+def test_vllm_data_parallel_engines_add_up():
+    text = "".join(
+        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
+        f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="m"}} {kv}\n'
+        f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
+        for e, r, kv, g in [(0, 4, 0.2, 1000), (1, 6, 0.9, 3000)])
+    snap = EngineMetricsReader().read(text, now=0)
+    assert snap["requests_running"] == 10
+    assert snap["kv_cache_usage"] == pytest.approx(0.9)
+    assert snap["generation_tokens_total"] == 4000
+
+
+def test_sglang_names():
+    reader = EngineMetricsReader()
+    first = reader.read(fixture("sglang.txt"), now=0.0)
+    assert first["engine"] == "sglang"
+    assert first["requests_running"] == 24 and first["requests_waiting"] == 6
+    assert first["kv_cache_usage"] == pytest.approx(0.58)
+    assert first["prefix_cache_hit_rate"] == pytest.approx(0.31)
+    assert first["spec_decode_acceptance_rate"] == pytest.approx(0.48)
+    assert first["spec_decode_mean_accept_length"] == pytest.approx(3.4)
+    assert first["generation_tokens_per_s"] == pytest.approx(1432.5)  # gen_throughput gauge until 2nd scrape
+    assert first["preemptions_total"] == 4
+    later = bump(bump(fixture("sglang.txt"), "sglang:prompt_tokens_total", 9000), "sglang:generation_tokens_total", 600)
+    second = reader.read(later, now=0.5)
+    assert second["prompt_tokens_per_s"] == pytest.approx(18000)
+    assert second["generation_tokens_per_s"] == pytest.approx(1200)
+
+
+def test_llamacpp_real_capture():
+    text = fixture("llamacpp.txt")
+    reader = EngineMetricsReader()
+    first = reader.read(text, now=0.0)
+    assert first["engine"] == "llamacpp"
+    assert first["problem"] is None
+    samples = parse_prometheus_text(text)
+    assert first["prompt_tokens_total"] == int(samples["llamacpp:prompt_tokens_total"][0][1]) > 0
+    assert first["generation_tokens_total"] == int(samples["llamacpp:tokens_predicted_total"][0][1]) > 0
+    assert first["requests_running"] == int(samples["llamacpp:requests_processing"][0][1])
+    assert first["requests_waiting"] == int(samples["llamacpp:requests_deferred"][0][1])
+    later = bump(bump(text, "llamacpp:tokens_predicted_total", 118), "llamacpp:prompt_tokens_total", 40)
+    second = reader.read(later, now=2.0)
+    assert second["generation_tokens_per_s"] == pytest.approx(59)
+    assert second["prompt_tokens_per_s"] == pytest.approx(20)
+
+
+def test_counter_reset_after_engine_restart_is_not_a_negative_rate():
+    reader = EngineMetricsReader()
+    reader.read('vllm:generation_tokens_total{engine="0"} 50000\n', now=0.0)
+    snap = reader.read('vllm:generation_tokens_total{engine="0"} 300\n', now=2.0)
+    assert snap["generation_tokens_per_s"] == pytest.approx(150)  # 300 new tokens since the restart
+    assert reader.tracker.resets == 1
+
+
+def test_rate_tracker_ignores_a_clock_that_did_not_move():
+    tracker = RateTracker()
+    assert tracker.update({"a": 1.0}, 5.0) is None
+    assert tracker.update({"a": 2.0}, 5.0) is None
+    assert tracker.update({"a": 3.0}, 6.0).rate("a") == pytest.approx(2.0)
+
+
+def test_page_without_engine_metrics_explains_itself():
+    snap = EngineMetricsReader().read("process_cpu_seconds_total 3.2\n", now=0)
+    assert snap["engine"] is None and "--metrics" in snap["problem"]
+    assert snap["generation_tokens_per_s"] is None
+
+
+def test_garbled_page_is_a_problem_not_a_crash():
+    snap = EngineMetricsReader(engine="vllm").read("vllm:num_requests_running{engine=\"0\" 3\n", now=0)
+    assert snap["engine"] == "vllm" and "malformed labels" in snap["problem"]
+
+
+def test_unknown_engine_is_refused():
+    with pytest.raises(ValueError, match="Unknown engine 'tgi'"):
+        EngineMetricsReader(engine="tgi")
