@@ -44,6 +44,7 @@ class StubScript:
     fail_mode: str = "drop"  # "drop" the connection or send an "error_event"
     status: int = 200  # anything else: answer with this HTTP error
     send_done: bool = True  # final "data: [DONE]"
+    usage: bool = True  # honour stream_options (False: a server that never sends usage)
 
 
 def count_words(text: str) -> int:
@@ -73,6 +74,7 @@ class StubServer:
         self.requests: list[dict] = []  # request bodies, for assertions
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()
 
     @property
     def url(self) -> str:
@@ -85,11 +87,16 @@ class StubServer:
     async def close(self) -> None:
         if self._server:
             self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
 
     # -- HTTP plumbing ---------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
         try:
             while True:
                 try:
@@ -108,9 +115,10 @@ class StubServer:
                 keep_open = await self._route(method, path.split("?")[0], raw, writer)
                 if not keep_open:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             return
         finally:
+            self._connections.discard(task)
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -181,8 +189,8 @@ class StubServer:
         prompt_tokens = count_words(_prompt_text(body))
         self.prompt_tokens_total += prompt_tokens
         options = body.get("stream_options") or {}
-        want_usage = bool(options.get("include_usage"))
-        continuous = bool(options.get("continuous_usage_stats"))
+        want_usage = bool(options.get("include_usage")) and script.usage
+        continuous = bool(options.get("continuous_usage_stats")) and script.usage
         model = body.get("model", "stub")
         if not body.get("stream"):
             self.generation_tokens_total += n_tokens
