@@ -509,8 +509,9 @@ class _Progress:
 
 
 async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpec], phase: str,
-                     progress, cancel: threading.Event | None, extra: dict) -> tuple[list[RequestRecord], float, bool]:
-    """Send `specs` under the configured load shape. Returns records, duration, cancelled."""
+                     progress, cancel: threading.Event | None, extra: dict):
+    """Send `specs` under the configured load shape.
+    Returns (records, duration, cancelled, event-loop lags)."""
     load = config.load
     n = len(specs)
     records = [RequestRecord(index=i) for i in range(n)]
@@ -524,6 +525,8 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
         await send_request(client, config, specs[i], records[i], t0, bodies[i])
         tracker.done(records[i])
 
+    loop_lags: list[float] = []
+    monitor = asyncio.ensure_future(_watch_loop_lag(loop_lags))
     tasks: list[asyncio.Task] = []
     if load.kind == "concurrency":
         # Closed loop: each worker sends its next request as soon as the last ends.
@@ -547,8 +550,11 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
                 records[i].ready_at = offsets[i]
                 await one(i)
                 return
+            # Only time spent waiting for a free slot is queueing; a late
+            # dispatcher is send lag and must stay visible as such.
+            waited = slots.locked()
             async with slots:
-                records[i].ready_at = max(offsets[i], time.perf_counter() - t0)
+                records[i].ready_at = (time.perf_counter() - t0) if waited else offsets[i]
                 await one(i)
 
         async def dispatcher() -> None:
@@ -565,6 +571,7 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
     if not cancelled:
         cancelled = await _wait_or_cancel(tasks, cancel)
     duration = time.perf_counter() - t0
+    monitor.cancel()
     if cancelled:
         for task in tasks:
             task.cancel()
@@ -573,7 +580,18 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
             if not r.success and not r.error:
                 r.error = "cancelled"
     tracker.report(force=True)
-    return records, duration, cancelled
+    return records, duration, cancelled, loop_lags
+
+
+async def _watch_loop_lag(lags: list[float], interval: float = 0.005) -> None:
+    """How late the event loop runs a timer that is due: the lateness any due
+    send or chunk timestamp suffers. High values mean the client, not the
+    server, is the bottleneck."""
+    perf = time.perf_counter
+    while True:
+        due = perf() + interval
+        await asyncio.sleep(interval)
+        lags.append(max(0.0, perf() - due))
 
 
 async def _wait_or_cancel(tasks: list[asyncio.Task], cancel: threading.Event | None) -> bool:
@@ -615,12 +633,14 @@ async def arun_benchmark(config: BenchmarkConfig, requests: Sequence[RequestSpec
                                  started_at=time.time(), client=config.client)
         before = await _scrape(client, config)
         started_at = time.time()
-        records, duration, cancelled = await _run_phase(client, config, requests, "measure", progress, cancel, extra)
+        records, duration, cancelled, loop_lags = await _run_phase(
+            client, config, requests, "measure", progress, cancel, extra)
         after = await _scrape(client, config) if before is not None else None
     measured = [r for r in records if r.error != "cancelled"]
     result = RunResult(config_snapshot(config), measured, duration, len(warmup_requests), cancelled,
                        started_at, client=config.client)
     result.metrics = metrics_mod.summarize(measured, duration, config.goodput_slos, config.percentiles)
+    result.metrics.update(metrics_mod.loop_lag_summary(loop_lags))
     result.server_metrics = metrics_delta(before, after)
     if progress is not None:
         ok = sum(r.success for r in measured)

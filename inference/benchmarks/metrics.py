@@ -15,7 +15,8 @@ Kiln run and a `vllm bench serve --save-result` file compare key by key:
 
 Extras that vLLM does not report carry their own names: *_ttft_content_ms
 (first chunk with generated text), *_send_lag_ms (client scheduling delay),
-mean_tokens_per_chunk, decode/prefill rates per stream, token sources.
+mean_tokens_per_chunk, decode/prefill rates per stream, token sources, and
+*_loop_lag_ms (how late the client's event loop ran: client health).
 """
 
 from __future__ import annotations
@@ -122,6 +123,14 @@ def summarize(records: Sequence, duration: float, goodput_slos: dict[str, float]
         "error_counts": dict(Counter(_short_error(r.error) for r in failed)),
     })
     return result
+
+
+def loop_lag_summary(lags_s: Sequence[float]) -> dict:
+    """Client health: how late the harness's event loop ran due timers (ms).
+    p99 above a few ms means the client machine skewed the latencies."""
+    arr = np.asarray(lags_s if len(lags_s) else [0.0]) * 1000.0
+    return {"p50_loop_lag_ms": float(np.percentile(arr, 50)), "p99_loop_lag_ms": float(np.percentile(arr, 99)),
+            "max_loop_lag_ms": float(arr.max())}
 
 
 def _short_error(error: str) -> str:
