@@ -13,6 +13,7 @@ Fault knobs (all per file path, consumed as they fire):
   cut_after[path] = [nbytes, ...]          -> connection closed mid-file
   corrupt[path] = times                    -> one wrong byte in the middle
   ignore_range = {path, ...}               -> 200 with the whole file
+  stall[path] = (times, seconds)           -> headers, then silence (read timeout)
   throttle_bps                             -> slow sending (for kill tests)
 Counters: bytes_sent[path], requests (list of dicts with host, path, auth).
 
@@ -108,6 +109,7 @@ class FakeHub:
         self.cut_after: dict[str, list[int]] = {}
         self.corrupt: dict[str, int] = {}
         self.ignore_range: set[str] = set()
+        self.stall: dict[str, tuple[int, float]] = {}
         self.throttle_bps: int = 0
         self.page_size: int = 0  # HF tree pagination; 0 = one page
         self.bytes_sent: dict[str, int] = {}
@@ -230,6 +232,9 @@ def _handler(hub: FakeHub, role: str):
             try:
                 if role == "cdn":
                     return self._cdn(path, query)
+                if path == "/_stats":  # for bench/download.py, which runs us in a process
+                    with hub.lock:
+                        return self._json(200, {"bytes_sent": dict(hub.bytes_sent)})
                 if path.startswith("/api/models/") and "/tree/" in path:
                     return self._hf_tree(path, query)
                 if path.startswith("/api/v1/models/") and path.endswith("/repo/files"):
@@ -410,6 +415,9 @@ def _handler(hub: FakeHub, role: str):
             self.end_headers()
             if self.command == "HEAD":
                 return
+            stall = hub._take(hub.stall, key)
+            if stall:
+                time.sleep(stall)
             cut = hub._take(hub.cut_after, key)
             wrong_at = f.size // 2 if hub._take(hub.corrupt, key) else None
             pos = start

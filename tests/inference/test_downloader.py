@@ -128,6 +128,16 @@ def test_429_waits_for_retry_after(hub, tmp_path):
     assert sha256_of(tmp_path / "sub/extra.bin") == served(hub, "sub/extra.bin").sha256
 
 
+def test_stalled_server_times_out_and_is_retried(hub, tmp_path):
+    lst = listing(hub, include=["sub/extra.bin"])
+    hub.stall["sub/extra.bin"] = (1, 1.5)
+    t0 = time.monotonic()
+    download(lst.files, str(tmp_path), retry=FAST, timeout=0.4)
+    assert time.monotonic() - t0 < 1.4  # did not sit out the stall
+    assert sha256_of(tmp_path / "sub/extra.bin") == served(hub, "sub/extra.bin").sha256
+    assert sum(1 for r in hub.requests if r["role"] == "cdn") == 2
+
+
 def test_5xx_is_retried_then_gives_up_with_a_message(hub, tmp_path):
     lst = listing(hub, include=["sub/extra.bin"])
     hub.server_error["sub/extra.bin"] = 2
