@@ -130,10 +130,10 @@ def test_429_waits_for_retry_after(hub, tmp_path):
 
 def test_stalled_server_times_out_and_is_retried(hub, tmp_path):
     lst = listing(hub, include=["sub/extra.bin"])
-    hub.stall["sub/extra.bin"] = (1, 1.5)
+    hub.stall["sub/extra.bin"] = (1, 3.0)
     t0 = time.monotonic()
     download(lst.files, str(tmp_path), retry=FAST, timeout=0.4)
-    assert time.monotonic() - t0 < 1.4  # did not sit out the stall
+    assert time.monotonic() - t0 < 2.5  # did not sit out the stall
     assert sha256_of(tmp_path / "sub/extra.bin") == served(hub, "sub/extra.bin").sha256
     assert sum(1 for r in hub.requests if r["role"] == "cdn") == 2
 
@@ -215,11 +215,11 @@ def test_symlink_inside_the_folder_cannot_lead_outside(tmp_path):
 def test_files_download_in_parallel(hub, tmp_path):
     hub.add_repo("org/Par", {f"s{i}.bin": FakeFile.generated(MiB, seed=i) for i in range(3)})
     files = HuggingFaceHub(endpoint=hub.url, retry=FAST).list_files("org/Par").files
-    hub.throttle_bps = 2 * MiB  # per connection: one file takes ~0.5 s
+    hub.throttle_bps = MiB  # per connection: one file takes ~1 s
     t0 = time.monotonic()
     download(files, str(tmp_path), concurrency=3, retry=FAST)
     took = time.monotonic() - t0
-    assert took < 1.2, f"3 files of 0.5 s each took {took:.2f} s: not parallel"
+    assert took < 2.5, f"3 files of 1 s each took {took:.2f} s: not parallel"
     assert all(sha256_of(tmp_path / f.path) == f.sha256 for f in files)
 
 
