@@ -393,28 +393,90 @@ GGUF_KV_TYPES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32, "q5_1": 24 / 32
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
 
 
-def read_gguf(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Read a .gguf file's metadata (tokenizer arrays skipped) and its tensor list.
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_BIG_ARRAY = 4096      # longer arrays (tokenizer vocabularies) are skipped, not decoded
 
-    Returns (metadata dict, [{"name", "type", "n_bytes", "n_elements"}...]).
+
+def read_gguf(path: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """Read a .gguf file's metadata and tensor list without touching the tensor data.
+
+    Returns (metadata dict, [{"name", "type", "shape", "n_elements", "n_bytes"}...]).
+    Long arrays (the tokenizer's 262k-entry vocabulary) are skipped: decoding them
+    with gguf.GGUFReader takes half a minute on a small CPU, and the fit needs none of it.
     """
-    import gguf   # only needed for GGUF files
+    import struct
 
     try:
-        reader = gguf.GGUFReader(os.fspath(path))
-    except (OSError, ValueError) as exc:
+        with open(path, "rb") as f:
+            return _read_gguf_header(f, struct)
+    except OSError as exc:
         raise FitError(f"cannot read GGUF file {path}: {exc}") from exc
+    except (struct.error, UnicodeDecodeError, KeyError) as exc:
+        raise FitError(f"{path} is not a valid GGUF file ({exc})") from exc
+
+
+def _read_gguf_header(f, struct) -> tuple[dict, list[dict]]:
+    def unpack(fmt):
+        size = struct.calcsize(fmt)
+        data = f.read(size)
+        if len(data) < size:
+            raise struct.error("file ends inside the header")
+        return struct.unpack(fmt, data)[0]
+
+    def string():
+        return f.read(unpack("<Q")).decode("utf-8", errors="replace")
+
+    def value(vtype):
+        if vtype in _GGUF_SCALARS:
+            return unpack(_GGUF_SCALARS[vtype])
+        if vtype == _GGUF_STRING:
+            return string()
+        if vtype == _GGUF_ARRAY:
+            itype, count = unpack("<I"), unpack("<Q")
+            if count > _GGUF_BIG_ARRAY:
+                if itype in _GGUF_SCALARS:
+                    f.seek(count * struct.calcsize(_GGUF_SCALARS[itype]), 1)
+                else:
+                    for _ in range(count):
+                        value(itype)
+                return None
+            return [value(itype) for _ in range(count)]
+        raise KeyError(f"unknown GGUF value type {vtype}")
+
+    if f.read(4) != b"GGUF":
+        raise FitError("not a GGUF file (no GGUF magic at the start)")
+    version = unpack("<I")
+    if version < 2:
+        raise FitError(f"GGUF version {version} is too old; convert the file with a current llama.cpp")
+    n_tensors, n_kv = unpack("<Q"), unpack("<Q")
     meta: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and key not in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
-            continue
-        try:
-            meta[key] = fld.contents()
-        except Exception:   # an exotic field type must not stop the fit check
-            continue
-    tensors = [{"name": t.name, "type": t.tensor_type.name, "n_bytes": int(t.n_bytes),
-                "n_elements": int(t.n_elements), "shape": [int(d) for d in t.shape]}
-               for t in reader.tensors]
+    for _ in range(n_kv):
+        key = string()
+        v = value(unpack("<I"))
+        if v is not None:
+            meta[key] = v
+    try:
+        import gguf
+        sizes = {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()}
+        names = {int(t): t.name for t in gguf.GGMLQuantizationType}
+    except ImportError:     # the common types, (block size, bytes per block)
+        sizes = {0: (1, 4), 1: (1, 2), 8: (32, 34), 12: (256, 144), 14: (256, 210), 30: (1, 2)}
+        names = {}
+    tensors = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = [unpack("<Q") for _ in range(unpack("<I"))]
+        ttype = unpack("<I")
+        unpack("<Q")    # offset into the data section
+        n = math.prod(dims)
+        block, type_size = sizes.get(ttype, (1, 0))
+        tensors.append({"name": name, "type": names.get(ttype, str(ttype)), "shape": dims,
+                        "n_elements": n, "n_bytes": n // block * type_size})
+    # where tensor data starts: the header's end, padded to the file's alignment
+    align = int(meta.get("general.alignment", 32))
+    meta["GGUF.data_offset"] = -(-f.tell() // align) * align
     return meta, tensors
 
 
@@ -746,10 +808,12 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     if kv_room <= 0:
         errors.append(f"weights ({weights // tp / GiB:.1f} GiB per GPU) and overhead "
                       f"({overhead / GiB:.1f} GiB) leave no room for the KV cache")
-        suggestions += _weight_suggestions(shape, gpus, s, weights, overhead)
+        suggestions += _weight_suggestions(shape, gpus, s, weights, overhead, one_request)
     elif max_conc < 1:
         errors.append(f"one request of {max_len} tokens needs {one_request / GiB:.2f} GiB of KV cache; "
                       f"{kv_total / GiB:.2f} GiB is available")
+        suggestions += [x for x in _weight_suggestions(shape, gpus, s, weights, overhead, one_request)
+                        if x.startswith("--tensor-parallel-size")]
     fits = not errors and fits_weights and max_conc >= 1
     if max_conc >= 1 and max_conc < seqs:
         suggestions.append(f"--max-num-seqs {max_conc} (the cache holds {max_conc} requests of "
@@ -796,14 +860,16 @@ def _largest_context(per_seq, kv_total: int, seqs: int, ceiling: int) -> int:
     return lo
 
 
-def _weight_suggestions(shape: ModelShape, gpus, s: LaunchSettings, weights: int, overhead: int) -> list[str]:
+def _weight_suggestions(shape: ModelShape, gpus, s: LaunchSettings, weights: int, overhead: int,
+                        one_request_kv: int) -> list[str]:
     out = []
     per_gpu = [g.total_memory_bytes * (s.gpu_memory_utilization if s.engine != "llamacpp" else 1)
                for g in gpus]
     tp = s.tensor_parallel_size
     for n in (2, 4, 8):
         if n > tp and n <= len(gpus) and shape.num_attention_heads % n == 0:
-            if weights / n + overhead < min(per_gpu[:n]) * 0.85:
+            # the weights and one full-length request's cache must fit on each of the n GPUs
+            if weights / n + overhead + one_request_kv / n <= min(per_gpu[:n]):
                 out.append(f"--tensor-parallel-size {n} (splits {weights / GiB:.1f} GiB of weights)")
                 break
     fmt = shape.weight_format
