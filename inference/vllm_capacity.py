@@ -16,7 +16,8 @@ vLLM versions, so each figure has a few patterns, newest first:
     ... the rest of the memory reserved for KV Cache is 1.57GiB.    (V0 worker summary)
 
 With tensor parallel every rank prints its own "Model loading" and "Available KV
-cache memory" line: the parser keeps the largest per-rank value (the one that limits).
+cache memory" line: the parser keeps the largest weights and the smallest KV cache
+(the rank that limits).
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ def parse_vllm_capacity(lines: Iterable[str] | str, block_size: int = 16) -> dic
                 if name in ("kv_cache_tokens", "gpu_blocks"):
                     # the engine-wide figure is printed once; keep the smallest if repeated
                     found[name] = int(min(value, found.get(name, value)))
+                elif name == "available_kv_cache_gib":
+                    found[name] = min(value, found.get(name, value))   # the poorest rank limits
                 else:
                     found[name] = max(value, found.get(name, value))
         m = _CONCURRENCY.search(line)

@@ -220,3 +220,19 @@ def test_bad_settings_get_a_clear_error():
 def test_report_is_json_serialisable():
     r = fit.fit_from_config(load("llama3_8b"), [V100], LaunchSettings(max_model_len=8192))
     assert json.loads(json.dumps(r.as_dict()))["kv_bytes_per_token"] == 131072
+
+
+def test_qwen3_5_count_plus_its_mtp_head_matches_the_published_55_6_gb():
+    # DESIGN.md: ~27.8B params, 55.6 GB in bf16 for the whole checkpoint; vLLM skips the
+    # MTP head (one full-attention layer + MLP + a 2H->H fc) unless it is the speculative method
+    H, I = 5120, 17408
+    mtp = (2 * 24 * 256 * H + 2 * 1024 * H + 6144 * H) + 3 * H * I + 2 * H * H + 6 * H
+    whole = fit_truth.qwen3_5_27b_weight_bytes("bf16") + mtp * 2
+    assert abs(whole - 55.6e9) / 55.6e9 < 0.01
+
+
+def test_weight_files_bytes_sums_only_weight_files(tmp_path):
+    (tmp_path / "model-00001.safetensors").write_bytes(b"x" * 100)
+    (tmp_path / "model-00002.safetensors").write_bytes(b"x" * 50)
+    (tmp_path / "config.json").write_text("{}")
+    assert fit.weight_files_bytes(tmp_path.iterdir()) == 150
