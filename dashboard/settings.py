@@ -4,6 +4,7 @@ SQLite under DATA_DIR and a Redis on localhost are the defaults "so one can just
 check out the code and run it"; PostgreSQL and a shared Redis are one variable
 each. Bad values stop the start with a message naming the variable (dashboard.env).
 """
+import os
 import socket
 from pathlib import Path
 
@@ -126,8 +127,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or DATA_DIR / "staticfiles")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
