@@ -140,6 +140,7 @@ class LogEvent:
     failure: str = ""  # a short code, e.g. "bf16_unsupported"
     hint: str = ""  # what the user should change
     line: str = ""
+    fatal: bool = False  # restarting with the same settings cannot help
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,13 @@ class FailureRule:
     code: str
     pattern: re.Pattern
     hint: str
+    # Fatal: the same settings will fail the same way, so restarting only
+    # burns time; the deployment goes straight to "failed".
+    fatal: bool = False
 
 
-def rule(code: str, regex: str, hint: str) -> FailureRule:
-    return FailureRule(code, re.compile(regex, re.IGNORECASE), hint)
+def rule(code: str, regex: str, hint: str, fatal: bool = False) -> FailureRule:
+    return FailureRule(code, re.compile(regex, re.IGNORECASE), hint, fatal)
 
 
 # Refused anywhere in extra arguments. Nothing goes through a shell, so these
@@ -468,7 +472,7 @@ class Engine:
         text = line.rstrip("\n")
         for r in self.failure_rules:
             if r.pattern.search(text):
-                return LogEvent(failure=r.code, hint=r.hint, line=text)
+                return LogEvent(failure=r.code, hint=r.hint, line=text, fatal=r.fatal)
         for phase, pattern in self.phase_rules:
             if pattern.search(text):
                 return LogEvent(phase=phase, line=text)

@@ -54,7 +54,8 @@ class LlamaCppEngine(Engine):
     owned_flags = frozenset({
         "-m", "--model", "--host", "--port", "--api-key", "--alias", "-a", "-c", "--ctx-size",
         "-np", "--parallel", "--metrics", "-fa", "--flash-attn", "-ctk", "--cache-type-k",
-        "-ctv", "--cache-type-v", "-md", "--model-draft", "--draft-max", "--draft", "--draft-n",
+        "-ctv", "--cache-type-v", "-md", "--model-draft", "--spec-draft-model", "--spec-draft-n-max",
+        "--draft-max", "--draft", "--draft-n",
     })
     dangerous_flags = {
         "--path": "serves files from a directory on the host over HTTP",
@@ -75,7 +76,7 @@ class LlamaCppEngine(Engine):
     # Tuning flags a user may add by hand; each exists in llama.cpp's arg.cpp (tested).
     allowed_flags = frozenset({
         "-t", "--threads", "-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size",
-        "--mlock", "--no-mmap", "-ngl", "--n-gpu-layers", "--gpu-layers", "-sm", "--split-mode",
+        "-lm", "--load-mode", "-ngl", "--n-gpu-layers", "--gpu-layers", "-sm", "--split-mode",
         "-ts", "--tensor-split", "-mg", "--main-gpu", "-dev", "--device", "-ot", "--override-tensor",
         "--cpu-moe", "-cmoe", "--n-cpu-moe", "-ncmoe", "-nkvo", "--no-kv-offload", "-kvu", "--kv-unified",
         "--swa-full", "-cb", "--cont-batching", "-nocb", "--no-cont-batching", "--jinja", "--no-jinja",
@@ -86,7 +87,7 @@ class LlamaCppEngine(Engine):
         "-mm", "--mmproj", "--no-mmproj", "--embedding", "--embeddings", "--rerank", "--reranking",
         "--pooling", "-v", "--verbose", "-lv", "--verbosity", "--log-colors", "--log-prefix",
         "--log-timestamps", "--numa", "--no-context-shift", "--context-shift", "-ngld", "--n-gpu-layers-draft",
-        "--draft-min", "--spec-replace", "-cram", "--cache-ram", "--no-webui", "--webui",
+        "--spec-draft-n-min", "-cram", "--cache-ram", "--no-webui", "--webui",
     })
 
     phase_rules = (
@@ -101,7 +102,7 @@ class LlamaCppEngine(Engine):
     )
     failure_rules = (
         rule("model_missing", r"failed to open GGUF file|Model not found:",
-             "The model file is missing or unreadable: download the model again or check its path."),
+             "The model file is missing or unreadable: download the model again or check its path.", fatal=True),
         rule("port_in_use", r"couldn't bind HTTP server socket|couldn't start HTTP listener",
              "The port is taken: leave the port empty so the panel picks a free one."),
         rule("out_of_memory", r"cudaMalloc failed: out of memory|unable to allocate .* buffer|"
@@ -110,11 +111,11 @@ class LlamaCppEngine(Engine):
              "(-ngl), or choose a smaller quantization."),
         rule("model_load_failed", r"error loading model|failed to load model|exiting due to model loading error",
              "llama.cpp could not load the model: check that it is a complete GGUF file that this "
-             "llama.cpp build supports (the lines above name the cause)."),
+             "llama.cpp build supports (the lines above name the cause).", fatal=True),
         rule("unknown_argument", r"error: invalid argument:|error: unknown argument",
-             "This llama-server does not know one of the extra arguments: check its spelling."),
+             "This llama-server does not know one of the extra arguments: check its spelling.", fatal=True),
         rule("runtime_broken", r"Binary not found|error while loading shared libraries",
-             "The llama.cpp installation is incomplete: reinstall the runtime."),
+             "The llama.cpp installation is incomplete: reinstall the runtime.", fatal=True),
     )
 
     # ---- argv ------------------------------------------------------------------
@@ -160,9 +161,10 @@ class LlamaCppEngine(Engine):
             a += ["--flash-attn", spec.attention_backend]
         if spec.speculative_config:
             sc = spec.speculative_config
-            a += ["--model-draft", str(sc.get("model", ""))]
+            # b11434 removed --draft-max in favour of --spec-draft-n-max.
+            a += ["--spec-draft-model", str(sc.get("model", ""))]
             if sc.get("num_speculative_tokens"):
-                a += ["--draft-max", str(sc["num_speculative_tokens"])]
+                a += ["--spec-draft-n-max", str(sc["num_speculative_tokens"])]
         user_set_layers = any(x.split("=", 1)[0] in ("-ngl", "--n-gpu-layers", "--gpu-layers")
                               for x in spec.extra_args)
         if not user_set_layers:

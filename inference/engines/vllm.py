@@ -74,7 +74,7 @@ class VllmEngine(Engine):
         "--override-generation-config", "--hf-overrides", "--limit-mm-per-prompt",
         "--mm-processor-cache-gb", "--disable-custom-all-reduce", "--distributed-executor-backend",
         "--kv-offloading-size", "--kv-offloading-backend", "--long-prefill-token-threshold",
-        "--max-num-partial-prefills", "--async-scheduling", "--no-async-scheduling",
+        "--async-scheduling", "--no-async-scheduling",
         "--max-logprobs", "--uvicorn-log-level", "--disable-uvicorn-access-log",
         "--disable-access-log-for-endpoints", "--enable-prompt-tokens-details",
         "--enable-force-include-usage", "--default-chat-template-kwargs", "--prefix-caching-hash-algo",
@@ -82,7 +82,7 @@ class VllmEngine(Engine):
         "--max-loras", "--max-lora-rank", "--disable-sliding-window", "--disable-cascade-attn",
         "--structured-outputs-config", "--skip-tokenizer-init", "--mamba-cache-dtype",
         "--max-parallel-loading-workers", "--response-role", "--max-log-len", "--disable-fastapi-docs",
-        "--enable-sleep-mode", "--optimization-level", "-O", "--performance-mode",
+        "--enable-sleep-mode", "--optimization-level", "--performance-mode",
     })
 
     phase_rules = (
@@ -96,25 +96,25 @@ class VllmEngine(Engine):
     )
     failure_rules = (
         rule("bf16_unsupported", r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
-             "This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half."),
+             "This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half.", fatal=True),
         rule("no_kv_cache_memory", r"No available memory for the cache blocks",
              "Nothing is left for the KV cache after the weights: raise GPU memory utilization, "
-             "use more GPUs (tensor parallel) or a smaller / more quantized model."),
+             "use more GPUs (tensor parallel) or a smaller / more quantized model.", fatal=True),
         rule("max_model_len_too_long", r"the estimated maximum model length is (\d+)",
              "The KV cache can't hold the max model length: lower max model len to the estimate in "
-             "this line, or raise GPU memory utilization."),
+             "this line, or raise GPU memory utilization.", fatal=True),
         rule("gpu_memory_taken", r"less than desired GPU memory utilization|not enough GPU memory",
              "Not enough free GPU memory: another process holds the GPU, or GPU memory utilization is "
              "set too high. Check the GPU's processes or lower the utilization."),
         rule("no_kernel_image", r"no kernel image is available for execution on the device",
              "This vLLM/torch build has no kernels for this GPU's architecture (stock wheels dropped "
-             "sm70/V100): use a build compiled for it, e.g. an older vLLM or 1Cat-vLLM on V100."),
+             "sm70/V100): use a build compiled for it, e.g. an older vLLM or 1Cat-vLLM on V100.", fatal=True),
         rule("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError",
              "The GPU ran out of memory: lower max model len / max num seqs or GPU memory utilization, "
              "or add GPUs."),
         rule("unknown_argument", r"unrecognized arguments|error: argument",
              "This vLLM version does not accept one of the flags: check the extra arguments against "
-             "`vllm serve --help` of the installed version."),
+             "`vllm serve --help` of the installed version.", fatal=True),
         rule("port_in_use", r"Address already in use|error while attempting to bind on address",
              "The port is taken: leave the port empty so the panel picks a free one."),
         rule("engine_core_failed", r"Engine core initialization failed",
