@@ -605,3 +605,26 @@ class Watcher:
         # Same log file: keep reading where we were; the new run's lines follow.
         self.handle = handle
         self.state.on_spawned(self.clock())
+
+
+# --------------------------------------------------------------------------- launch
+
+
+@dataclass(frozen=True)
+class Launched:
+    handle: ProcessHandle
+    port: int
+    argv: list
+    command: str  # the copyable preview (secrets hidden)
+
+
+def launch(engine, spec, runtime, log_path: str | os.PathLike, exclude_ports=frozenset(),
+           cwd: str | os.PathLike | None = None) -> Launched:
+    """Pick the port (the spec's own, refused if taken, or a free one),
+    build argv and environment, and spawn. Raises InvalidLaunch,
+    PortUnavailable or SpawnError, each with a message for the user."""
+    port = pick_free_port(spec.host, preferred=spec.port, exclude=exclude_ports)
+    spec = spec.with_port(port)
+    argv = engine.build_argv(spec, runtime)
+    handle = spawn(argv, engine.build_env(spec), log_path, cwd=cwd)
+    return Launched(handle, port, argv, engine.command_preview(spec, runtime))

@@ -284,7 +284,7 @@ class Engine:
         p: dict[str, str] = {}
         if not spec.model or not spec.model.strip() or "\n" in spec.model or spec.model.startswith("-"):
             p["model"] = "choose a model (a local path or a repo id)"
-        if spec.port is not None and not (1024 <= int(spec.port) <= 65535):
+        if spec.port is not None and (not isinstance(spec.port, int) or not (1024 <= spec.port <= 65535)):
             p["port"] = f"port {spec.port} is outside 1024-65535; leave it empty to pick a free one"
         if not _valid_host(spec.host):
             p["host"] = (f"{spec.host!r} is not an IP address or host name; "

@@ -335,3 +335,16 @@ WRAPPER = Path(sys.executable).parent / "llama-cpp-server"
 def test_the_demo_runtime_version_is_detected():
     info = get_engine("llamacpp").detect_version(Runtime("llamacpp", "executable", str(WRAPPER)), timeout=30)
     assert info.ok and info.version.startswith("b"), info
+
+
+def test_llamacpp_draft_model_speculative_decoding_uses_flags_the_vendored_llamacpp_has():
+    spec = LaunchSpec(model="/m/big.gguf", gpus=[0], port=8020,
+                      speculative_config={"method": "draft", "model": "/m/small.gguf", "num_speculative_tokens": 8})
+    argv = get_engine("llamacpp").build_argv(spec, LLAMA_EXE)
+    assert argv[argv.index("--spec-draft-model") + 1] == "/m/small.gguf"
+    assert [f for f in flags_in(argv[1:]) if f not in LLAMA_FLAGS] == []
+    with pytest.raises(InvalidLaunch, match="draft"):
+        get_engine("llamacpp").build_argv(
+            LaunchSpec(model="/m/big.gguf", port=8020, speculative_config={"method": "dflash"}), LLAMA_EXE)
+    with pytest.raises(InvalidLaunch, match="port"):
+        get_engine("llamacpp").build_argv(LaunchSpec(model="/m/big.gguf", port="80"), LLAMA_EXE)

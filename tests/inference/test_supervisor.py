@@ -355,3 +355,26 @@ def test_real_llama_server_with_the_gemma_demo_starts_answers_and_stops_cleanly(
         result = stop(h, grace_s=10)
     assert result.survivors == [] and group_members(h.pgid, h.start_time) == []
     assert port_is_free("127.0.0.1", port)
+
+
+def test_launch_picks_a_free_port_and_refuses_a_taken_one(tmp_path):
+    from inference.engines import LaunchSpec, Runtime
+    from inference.supervisor import launch
+
+    fake_server = tmp_path / "llama-server"
+    fake_server.write_text(f"#!{PY}\nimport sys, time\nprint('args', sys.argv[1:], flush=True)\ntime.sleep(600)\n")
+    fake_server.chmod(0o755)
+    engine, runtime = get_engine("llamacpp"), Runtime("llamacpp", "executable", str(fake_server))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        with pytest.raises(PortUnavailable):
+            launch(engine, LaunchSpec(model="/m.gguf", port=taken), runtime, tmp_path / "a.log")
+        started = launch(engine, LaunchSpec(model="/m.gguf"), runtime, tmp_path / "b.log", exclude_ports={taken})
+    try:
+        assert started.port != taken and str(started.port) in started.argv
+        assert wait_for(lambda: f"'{started.port}'" in (tmp_path / "b.log").read_text())
+        assert started.command.startswith("CUDA_VISIBLE_DEVICES=''")
+    finally:
+        assert stop(started.handle, grace_s=2).survivors == []
