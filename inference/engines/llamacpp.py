@@ -93,12 +93,14 @@ class LlamaCppEngine(Engine):
     phase_rules = (
         # New builds print "model loaded" then "listening on"; older ones
         # "HTTP server is listening" first, then load, then "... starting the main loop".
-        (PHASE_READY, re.compile(r"main: model loaded|main: listening on |server is listening on .*main loop")),
+        # (b11434 prints "srv  llama_server: model loaded"; older builds "main: ...".)
+        (PHASE_READY, re.compile(r"srv\s+\w+: model loaded|main: model loaded|: listening on https?://|"
+                                 r"server is listening on .*main loop")),
         (PHASE_COMPILING, re.compile(r"initializing, n_slots =|warming up the model|"
                                      r"llama_context: constructing|llama_kv_cache")),
         (PHASE_LOADING, re.compile(r"loading model '|llama_model_loader: loaded meta data|load_tensors: ")),
         (PHASE_STARTING, re.compile(r"Starting: .*llama-server|system info: n_threads|build: \d+ \(|"
-                                    r"srv\s+init: initializing|HTTP server is listening")),
+                                    r"srv\s+\w+: initializing \.\.\.|HTTP server is listening")),
     )
     failure_rules = (
         rule("model_missing", r"failed to open GGUF file|Model not found:",

