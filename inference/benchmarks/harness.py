@@ -231,7 +231,18 @@ class AiohttpClient:
         await self.session.close()
 
     async def stream(self, url: str, body: bytes, headers: dict) -> AsyncIterator[bytes]:
-        async with self.session.post(url, data=body, headers=headers) as resp:
+        # A pooled connection the server already closed (llama-server's
+        # cpp-httplib drops idle keep-alive connections after 5 s) fails before
+        # any response arrives: send once more on a fresh connection. Nothing
+        # was generated, so the measurement is not skewed beyond one connect.
+        for attempt in (1, 2):
+            try:
+                resp = await self.session.post(url, data=body, headers=headers)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                if attempt == 2:
+                    raise
+        async with resp:
             if resp.status != 200:
                 raise ServerHTTPError(resp.status, await resp.text())
             async for data in resp.content.iter_any():
