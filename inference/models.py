@@ -239,6 +239,13 @@ class Deployment(models.Model):
     log_tail = models.TextField(blank=True)
     stop_requested = models.BooleanField(default=False)
 
+    # What preflight said at launch (inference.preflight_service): findings, whether an
+    # operator launched over errors, the fit estimate, and vLLM's own figures after start.
+    preflight = models.JSONField(default=dict, blank=True)  # {"findings": [...], "has_errors": bool}
+    preflight_overridden = models.BooleanField(default=False)
+    fit_estimate = models.JSONField(default=dict, blank=True)  # fit.FitReport.as_dict()
+    capacity = models.JSONField(default=dict, blank=True)  # vllm_capacity.parse_vllm_capacity()
+
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
