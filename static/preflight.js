@@ -44,8 +44,11 @@ window.KilnPreflight = (function () {
     if (errors) { state.textContent = `${errors} error${errors > 1 ? "s" : ""}` + (warnings ? `, ${warnings} warning${warnings > 1 ? "s" : ""}` : ""); state.className = "pf-state bad"; }
     else if (warnings) { state.textContent = `ready, ${warnings} warning${warnings > 1 ? "s" : ""}`; state.className = "pf-state warn"; }
     else { state.textContent = "no problems found"; state.className = "pf-state ok"; }
-    panel.querySelector('[data-pf="override-box"]').hidden = !errors;
-    if (!errors) panel.querySelector('[data-pf="override"]').checked = false;
+    const box = panel.querySelector('[data-pf="override-box"]');
+    if (box) {
+      box.hidden = !errors;
+      if (!errors) box.querySelector("input").checked = false;
+    }
   }
 
   function renderMemory(panel, result) {
@@ -61,7 +64,8 @@ window.KilnPreflight = (function () {
       const scale = Math.max(g.total_bytes, used);
       const seg = (cls, bytes, label) => bytes > 0
         ? el("span", { class: "pf-seg-" + cls, style: `width:${(100 * bytes / scale).toFixed(2)}%`,
-          title: `${label}: ${gib(bytes)}`, "data-seg": cls }, `${label} ${gib(bytes)}`) : null;
+          title: `${label}: ${gib(bytes)}`, "data-seg": cls }, 100 * bytes / scale >= 10 ? `${label} ${gib(bytes)}`
+            : (100 * bytes / scale >= 4 ? gib(bytes).replace(" GiB", "") : "")) : null;
       return el("div", { class: "pf-gpu", "data-gpu": g.name },
         el("div", { class: "pf-gpu-name" }, el("strong", {}, cpu ? `RAM — ${g.name}` : g.name),
           el("span", { class: over ? "error" : "muted" },
@@ -89,7 +93,9 @@ window.KilnPreflight = (function () {
       row(`Largest context at ${fit.max_num_seqs} concurrent request${fit.max_num_seqs > 1 ? "s" : ""}`,
         `${num(fit.max_context_at_concurrency)} tokens`, "max_context"),
       row(`Largest concurrency at ${num(fit.max_model_len)} tokens`, `${num(fit.max_concurrency_at_context)} requests`, "max_concurrency"),
-      row("KV cache", `${num(fit.kv_cache_tokens)} tokens · ${(fit.kv_bytes_per_token / 1024).toFixed(0)} KiB per token`, "kv_tokens"),
+      fit.engine === "llamacpp"
+        ? row("KV cache", `${gib(fit.gpus[0].kv_cache_bytes)} for ${fit.max_num_seqs} × ${num(fit.max_model_len)} tokens (llama.cpp allocates what it is given)`, "kv_tokens")
+        : row("KV cache", `${num(fit.kv_cache_tokens)} tokens · ${(fit.kv_bytes_per_token / 1024).toFixed(0)} KiB per token`, "kv_tokens"),
       row("Weights", `${gib(fit.weights_bytes)} (${fit.weights_source === "estimate" ? "estimated from config" : "from the files"})`, "weights"));
     sugg.replaceChildren(...(fit.suggestions.length ? [el("p", { class: "muted" }, "What to change:"),
       el("ul", { class: "pf-suggestions" }, ...fit.suggestions.map((s) => el("li", {}, ...fixNode(s))))] : []));
@@ -112,7 +118,8 @@ window.KilnPreflight = (function () {
     const url = panel.dataset.url;
     const delay = options.delay ?? 300;
     if (!form.id) form.id = "pf-form-" + Math.random().toString(36).slice(2);
-    panel.querySelector('[data-pf="override"]').setAttribute("form", form.id);
+    const override = panel.querySelector('[data-pf="override"]');
+    if (override) override.setAttribute("form", form.id);
     let timer = null, seq = 0, latest = null;
 
     async function refresh() {
@@ -152,7 +159,7 @@ window.KilnPreflight = (function () {
     form.addEventListener("change", schedule);
     form.addEventListener("submit", (ev) => {
       const box = panel.querySelector('[data-pf="override"]');
-      if (latest && latest.has_errors && !box.checked) {
+      if (latest && latest.has_errors && box && !box.checked) {
         ev.preventDefault();
         panel.scrollIntoView({ behavior: "smooth" });
         box.parentElement.classList.add("error");
