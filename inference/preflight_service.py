@@ -95,7 +95,10 @@ def gpus_for_host(host: str, gpu_indices) -> list[GPU]:
         Gpu = apps.get_model("monitoring", "Gpu")
     except LookupError:
         return []
-    rows = {g.index: g for g in Gpu.objects.filter(host=host, index__in=indices)}
+    rows = {}
+    # a replaced card leaves its old row behind (present=False): the present one wins
+    for g in sorted(Gpu.objects.filter(host=host, index__in=indices), key=lambda g: getattr(g, "present", True)):
+        rows[g.index] = g
     out = []
     for i in indices:
         row = rows.get(i)
