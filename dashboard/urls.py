@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/status", views.api_status, name="api_status"),
     path("api/jobs/worker-check", views.api_worker_check, name="api_worker_check"),
     path("api/jobs/<int:job_id>", views.api_job, name="api_job"),
+    path("", include("inference.preflight_urls")),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
 ]

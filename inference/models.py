@@ -64,3 +64,227 @@ class ModelArtifact(models.Model):
     @property
     def colour(self):
         return self.STATUS_COLOURS[self.status]
+
+
+class EngineRuntime(models.Model):
+    """An engine installation on a host (inference.engines.Runtime): a vLLM or
+    SGLang executable/virtualenv, a llama-server binary, or a Docker image.
+    The version (and torch's CUDA build and archs) is detected by a task on
+    the host's queue and stored here."""
+
+    class Engine(models.TextChoices):
+        VLLM = "vllm", "vLLM"
+        SGLANG = "sglang", "SGLang"
+        LLAMACPP = "llamacpp", "llama.cpp"
+
+    class Kind(models.TextChoices):
+        EXECUTABLE = "executable", "Executable"
+        VENV = "venv", "Virtualenv"
+        DOCKER = "docker", "Docker image"
+
+    class DetectStatus(models.TextChoices):
+        PENDING = "pending", "Detecting"
+        OK = "ok", "Detected"
+        FAILED = "failed", "Not detected"
+
+    DETECT_COLOURS = {"pending": "blue", "ok": "green", "failed": "red"}
+
+    name = models.CharField(max_length=200)
+    host = models.CharField(max_length=100)
+    engine = models.CharField(max_length=20, choices=Engine.choices)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    path = models.CharField(max_length=1000, blank=True)
+    image = models.CharField(max_length=300, blank=True)
+
+    version = models.CharField(max_length=100, blank=True)
+    torch_cuda = models.CharField(max_length=40, blank=True)
+    cuda_archs = models.JSONField(default=list, blank=True)
+    detect_status = models.CharField(max_length=20, choices=DetectStatus.choices, default=DetectStatus.PENDING)
+    detect_detail = models.TextField(blank=True)
+    detected_at = models.DateTimeField(null=True, blank=True)
+
+    created = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["host", "name"]
+
+    def __str__(self):
+        return f"{self.name} ({self.get_engine_display()} on {self.host})"
+
+    @property
+    def colour(self):
+        return self.DETECT_COLOURS.get(self.detect_status, "grey")
+
+    def as_runtime(self):
+        from inference.engines import Runtime
+
+        return Runtime(engine=self.engine, kind=self.kind, path=self.path, image=self.image)
+
+
+class LaunchProfile(models.Model):
+    """The launch form's values, one field per LaunchSpec field."""
+
+    name = models.CharField(max_length=200)
+    host = models.CharField(max_length=100)
+    runtime = models.ForeignKey(EngineRuntime, on_delete=models.PROTECT, related_name="profiles")
+    model = models.ForeignKey(ModelArtifact, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="launch_profiles")
+    # The path (or repo id) given to the engine; filled from `model` when set.
+    model_path = models.CharField(max_length=1000)
+    preset = models.CharField(max_length=100, blank=True)
+
+    served_model_name = models.CharField(max_length=200, blank=True)
+    gpus = models.JSONField(default=list, blank=True)
+    tensor_parallel_size = models.PositiveIntegerField(default=1)
+    dtype = models.CharField(max_length=20, blank=True)
+    quantization = models.CharField(max_length=50, blank=True)
+    max_model_len = models.PositiveIntegerField(null=True, blank=True)
+    gpu_memory_utilization = models.FloatField(null=True, blank=True)
+    swap_space_gb = models.FloatField(null=True, blank=True)
+    cpu_offload_gb = models.FloatField(null=True, blank=True)
+    kv_cache_dtype = models.CharField(max_length=20, blank=True)
+    attention_backend = models.CharField(max_length=50, blank=True)
+    enable_prefix_caching = models.BooleanField(null=True, blank=True)
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
+    speculative_config = models.JSONField(default=dict, blank=True)
+    bind_host = models.CharField(max_length=255, default="127.0.0.1")
+    port = models.PositiveIntegerField(null=True, blank=True, help_text="empty = pick a free one")
+    api_key = models.CharField(max_length=200, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    extra_args = models.JSONField(default=list, blank=True)
+    trust_remote_code = models.BooleanField(default=False)
+
+    created = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def engine(self) -> str:
+        return self.runtime.engine
+
+    def as_spec(self, port=None):
+        from inference.engines import LaunchSpec
+
+        return LaunchSpec(
+            model=self.model_path, served_model_name=self.served_model_name, gpus=list(self.gpus or []),
+            tensor_parallel_size=self.tensor_parallel_size, dtype=self.dtype, quantization=self.quantization,
+            max_model_len=self.max_model_len, gpu_memory_utilization=self.gpu_memory_utilization,
+            swap_space_gb=self.swap_space_gb, cpu_offload_gb=self.cpu_offload_gb,
+            kv_cache_dtype=self.kv_cache_dtype, attention_backend=self.attention_backend,
+            enable_prefix_caching=self.enable_prefix_caching, max_num_seqs=self.max_num_seqs,
+            speculative_config=dict(self.speculative_config or {}), host=self.bind_host,
+            port=port if port is not None else self.port, api_key=self.api_key, env=dict(self.env or {}),
+            extra_args=list(self.extra_args or []), trust_remote_code=self.trust_remote_code,
+            name=self.name,
+        )
+
+
+class Deployment(models.Model):
+    """One run of a launch profile: the engine process and what the monitor
+    knows about it. Launch/stop tasks and the monitor's watch loop write it;
+    the pages read it."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        STARTING = "starting", "Starting"
+        READY = "ready", "Ready"
+        RESTARTING = "restarting", "Restarting"
+        STOPPING = "stopping", "Stopping"
+        STOPPED = "stopped", "Stopped"
+        FAILED = "failed", "Failed"
+
+    STATUS_COLOURS = {"pending": "grey", "starting": "blue", "ready": "green", "restarting": "amber",
+                      "stopping": "amber", "stopped": "grey", "failed": "red"}
+    # Statuses in which an engine process exists (or is about to).
+    ACTIVE = ("pending", "starting", "ready", "restarting", "stopping")
+    WATCHED = ("starting", "ready", "restarting")
+
+    name = models.CharField(max_length=200)
+    host = models.CharField(max_length=100)
+    profile = models.ForeignKey(LaunchProfile, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="deployments")
+    model = models.ForeignKey(ModelArtifact, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="deployments")
+    engine_name = models.CharField(max_length=20, blank=True)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    phase = models.CharField(max_length=40, blank=True)
+    phases = models.JSONField(default=list, blank=True)  # [{"phase", "at"}], the timeline
+
+    pid = models.IntegerField(null=True, blank=True)
+    start_time = models.BigIntegerField(null=True, blank=True)  # /proc/<pid>/stat starttime
+    pgid = models.IntegerField(null=True, blank=True)
+    port = models.PositiveIntegerField(null=True, blank=True)
+    bind_host = models.CharField(max_length=255, default="127.0.0.1")
+    served_model_name = models.CharField(max_length=200, blank=True)
+    api_key = models.CharField(max_length=200, blank=True)
+
+    argv = models.JSONField(default=list, blank=True)
+    command = models.TextField(blank=True)  # the copyable preview, secrets hidden
+    log_path = models.CharField(max_length=1000, blank=True)
+    log_offset = models.BigIntegerField(default=0)
+    watch_state = models.JSONField(default=dict, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+
+    failure = models.TextField(blank=True)
+    hint = models.TextField(blank=True)
+    log_tail = models.TextField(blank=True)
+    stop_requested = models.BooleanField(default=False)
+
+    # What preflight said at launch (inference.preflight_service): findings, whether an
+    # operator launched over errors, the fit estimate, and vLLM's own figures after start.
+    preflight = models.JSONField(default=dict, blank=True)  # {"findings": [...], "has_errors": bool}
+    preflight_overridden = models.BooleanField(default=False)
+    fit_estimate = models.JSONField(default=dict, blank=True)  # fit.FitReport.as_dict()
+    capacity = models.JSONField(default=dict, blank=True)  # vllm_capacity.parse_vllm_capacity()
+
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    stopped = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} #{self.pk} ({self.status})"
+
+    @property
+    def colour(self):
+        return self.STATUS_COLOURS.get(self.status, "grey")
+
+    @property
+    def engine(self) -> str:
+        """The engine's name (vllm, llamacpp, sglang)."""
+        if self.engine_name:
+            return self.engine_name
+        return self.profile.runtime.engine if self.profile_id else ""
+
+    @property
+    def base_url(self) -> str:
+        """Where the engine answers, e.g. http://127.0.0.1:8000 ("" before a port is chosen)."""
+        if not self.port:
+            return ""
+        h = self.bind_host or "127.0.0.1"
+        h = "127.0.0.1" if h == "0.0.0.0" else ("::1" if h == "::" else h)
+        if ":" in h:
+            h = f"[{h}]"
+        return f"http://{h}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1" if self.port else ""
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
