@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 
 from django.conf import settings
@@ -60,6 +62,35 @@ def runtime_dict(rt: EngineRuntime) -> dict:
 def profile_dict(p: LaunchProfile) -> dict:
     return {"id": p.pk, "name": p.name, "host": p.host, "runtime": p.runtime_id, "engine": p.engine,
             "model": p.model_id, "model_path": p.model_path, "preset": p.preset}
+
+
+LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+def deployment_log_with_offsets(dep: Deployment, lines=200, max_bytes=256 * 1024):
+    """The log's last complete lines, each line's end offset, and the offset
+    after the last one -- split as the monitor's LogFollower splits, so the
+    page can tell which live lines it already shows."""
+    try:
+        with open(dep.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return (dep.log_tail or "").splitlines()[-lines:], [], 0
+    out, ends = [], []
+    end = start
+    for m in LINE.finditer(data):
+        end = start + m.end()
+        text = m.group(0).decode("utf-8", "replace").rstrip("\r\n")
+        if text.strip():
+            out.append(text)
+            ends.append(end)
+    if start and out:  # the first line is probably cut
+        out, ends = out[1:], ends[1:]
+    return out[-lines:], ends[-lines:], end
 
 
 def deployment_log(dep: Deployment, lines=200) -> list[str]:

@@ -46,8 +46,9 @@ def deployments(request):
 
 def deployment_detail(request, deployment_id):
     dep = get_object_or_404(Deployment.objects.select_related("profile__runtime", "model"), pk=deployment_id)
+    log, log_ends, log_offset = sel.deployment_log_with_offsets(dep, 200)
     return render(request, "inference/deployment_detail.html", {
-        "dep": dep, "log": sel.deployment_log(dep, 200), "snippets": sel.snippets(dep, is_operator(request.user)),
+        "dep": dep, "log": log, "log_ends": log_ends, "log_offset": log_offset, "snippets": sel.snippets(dep, is_operator(request.user)),
         "dep_json": sel.deployment_dict(dep),
     })
 

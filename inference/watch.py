@@ -45,15 +45,22 @@ class _RecordingFollower(supervisor.LogFollower):
     def __init__(self, path, offset=0):
         super().__init__(path, offset)
         self.fresh: list[str] = []
+        self.fresh_from = self.offset  # byte offset where the fresh lines start
 
     def read_new(self, max_bytes=1024 * 1024):
+        before = self.offset
         lines = super().read_new(max_bytes)
+        if not self.fresh:
+            self.fresh_from = before if self.offset >= before else 0
         self.fresh.extend(lines)
         return lines
 
-    def take(self) -> list[str]:
+    def take(self) -> tuple[list[str], int, int]:
+        """(lines, from, to): the lines read since the last take and the byte
+        range they came from, so a page that rendered part of it can skip that."""
         out, self.fresh = self.fresh, []
-        return out
+        start, self.fresh_from = self.fresh_from, self.offset
+        return out, start, self.offset
 
 
 def _new_watcher(dep: Deployment, config: supervisor.WatchConfig) -> supervisor.Watcher:
@@ -68,8 +75,9 @@ def _new_watcher(dep: Deployment, config: supervisor.WatchConfig) -> supervisor.
     return w
 
 
-def message_for(dep: Deployment, lines=(), note="") -> dict:
+def message_for(dep: Deployment, lines=(), note="", log_range=(0, 0)) -> dict:
     return {
+        "log_from": log_range[0], "log_to": log_range[1],
         "type": "deployment", "id": dep.pk, "name": dep.name, "host": dep.host,
         "status": dep.status, "status_label": dep.get_status_display(), "colour": dep.colour,
         "phase": dep.phase, "phases": dep.phases, "port": dep.port, "base_url": dep.base_url,
@@ -150,10 +158,10 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
         return None
     if status not in Deployment.WATCHED:
         watchers.pop(dep.pk, None)
-    lines = w.follower.take()
+    lines, log_from, log_to = w.follower.take()
     dep.refresh_from_db()
     if lines or note or (dep.status, dep.phase) != before or actions:
-        return message_for(dep, lines, note)
+        return message_for(dep, lines, note, (log_from, log_to))
     return None
 
 
