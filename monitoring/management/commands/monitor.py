@@ -48,6 +48,8 @@ class Command(BaseCommand):
         self.stdout.write(f"monitor on host {settings.HOST_NAME}: sampling every {interval:g} s", ending="\n")
         self.stdout.flush()
         samples = 0
+        from inference.watch import run_watch_loop  # deployments: phases, health, restarts (own 1 s cadence)
+        deployments = asyncio.create_task(run_watch_loop(layer, settings.HOST_NAME, stop, group=LIVE_GROUP))
         next_tick = time.monotonic()
         while not stop.is_set():
             sample = {
@@ -70,5 +72,7 @@ class Command(BaseCommand):
                 await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_tick - time.monotonic()))
             except asyncio.TimeoutError:
                 pass
+        stop.set()
+        await deployments
         await redis.delete(key)
         await redis.aclose()
