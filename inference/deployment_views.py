@@ -14,6 +14,7 @@ from inference import deployments as svc
 from inference.deployment_forms import LaunchProfileForm, RuntimeForm
 from inference.engines import InvalidLaunch
 from inference.models import Deployment, EngineRuntime, LaunchProfile
+from inference.preflight_service import estimate_vs_actual
 
 
 def _error(code, message, status=400, problems=None):
@@ -49,7 +50,7 @@ def deployment_detail(request, deployment_id):
     log, log_ends, log_offset = sel.deployment_log_with_offsets(dep, 200)
     return render(request, "inference/deployment_detail.html", {
         "dep": dep, "log": log, "log_ends": log_ends, "log_offset": log_offset, "snippets": sel.snippets(dep, is_operator(request.user)),
-        "dep_json": sel.deployment_dict(dep),
+        "dep_json": sel.deployment_dict(dep), "capacity_rows": estimate_vs_actual(dep),
     })
 
 
@@ -70,7 +71,12 @@ def profile_edit(request, profile_id=None):
                     form.add_error(field if field in form.fields else None, message)
             else:
                 if "launch" in request.POST:
-                    dep = svc.deployment_launch(profile=obj, user=request.user)
+                    try:
+                        dep = svc.deployment_launch(profile=obj, user=request.user,
+                                                    override=request.POST.get("preflight_override") == "on")
+                    except svc.PreflightRefused as exc:
+                        messages.error(request, f"Saved {obj.name}, but did not launch it. {exc}")
+                        return redirect("profile_edit", profile_id=obj.pk)
                     return redirect("deployment_detail", deployment_id=dep.pk)
                 messages.success(request, f"Saved launch profile {obj.name}.")
                 return redirect("deployments")
@@ -98,6 +104,10 @@ def preset_launch(request, slug):
     try:
         profile = svc.preset_profile(preset_slug=slug, user=request.user)
         dep = svc.deployment_launch(profile=profile, user=request.user)
+    except svc.PreflightRefused as exc:
+        # Show the profile with the live preflight panel: every finding, its fix, the override.
+        messages.error(request, f"Not launched. {exc}")
+        return redirect("profile_edit", profile_id=profile.pk)
     except svc.DeploymentError as exc:
         messages.error(request, str(exc))
         return redirect("deployments")
@@ -112,7 +122,11 @@ def preset_launch(request, slug):
 def profile_launch(request, profile_id):
     profile = get_object_or_404(LaunchProfile, pk=profile_id)
     try:
-        dep = svc.deployment_launch(profile=profile, user=request.user)
+        dep = svc.deployment_launch(profile=profile, user=request.user,
+                                    override=request.POST.get("preflight_override") == "on")
+    except svc.PreflightRefused as exc:
+        messages.error(request, f"{profile.name} was not launched. {exc} (Open the profile to see every finding.)")
+        return redirect("deployments")
     except InvalidLaunch as exc:
         messages.error(request, f"{profile.name} cannot launch: {exc}")
         return redirect("deployments")
@@ -213,7 +227,7 @@ def api_deployments(request):
                 return _error("not_found", f"No launch profile #{data['profile']}.", 404)
         else:
             return _error("missing", "Give {\"profile\": <id>} or {\"preset\": \"<slug>\"}.")
-        dep = svc.deployment_launch(profile=profile, user=request.user)
+        dep = svc.deployment_launch(profile=profile, user=request.user, override=data.get("override") is True)
     except svc.DeploymentError as exc:
         return _error(exc.code, str(exc), 404 if exc.code == "not_found" else 409)
     except InvalidLaunch as exc:

@@ -17,6 +17,7 @@ updated and kills the process it just started.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,8 @@ from inference.engines import InvalidLaunch, get_engine
 from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
 from inference.presets import PYPI_PACKAGE, Preset, get_preset
 from inference import supervisor
+
+logger = logging.getLogger(__name__)
 
 
 # SIGTERM, then SIGKILL after this many seconds (vLLM needs a few to free GPU memory).
@@ -262,14 +265,48 @@ def _launch_not_queued(deployment_id, message):
         status=Deployment.Status.FAILED, failure=message, stopped=timezone.now())
 
 
-def deployment_launch(*, profile: LaunchProfile, user=None) -> Deployment:
-    """Create a pending deployment of a profile and queue its launch on the profile's host."""
+class PreflightRefused(DeploymentError):
+    """Preflight found errors and the operator did not override them."""
+
+    def __init__(self, message):
+        super().__init__(message, code="preflight")
+
+
+def deployment_preflight(profile: LaunchProfile) -> dict:
+    """What preflight says about launching this profile on its host's GPUs.
+
+    A preflight that cannot run (a model without metadata, say) must not stop a
+    launch: it becomes a warning that says so, and the engine's own log decides.
+    """
+    from inference import preflight_service
+
+    try:
+        return preflight_service.preflight_for_profile(profile)
+    except Exception as exc:  # noqa: BLE001 - reported to the user, logged with its traceback
+        logger.exception("preflight failed for profile %s", profile.pk)
+        return {"findings": [{"level": "warning", "code": "preflight-unavailable",
+                              "message": f"preflight could not check this launch: {exc}",
+                              "fix": "check the model's metadata (Models page, Re-verify)"}],
+                "has_errors": False, "fit": {}}
+
+
+def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> Deployment:
+    """Create a pending deployment of a profile and queue its launch on the profile's host.
+
+    Preflight runs first: its errors refuse the launch unless the operator
+    overrides them; what it said (and any override) is recorded on the row.
+    """
     from dashboard.celery import host_queue
     from inference.deployment_tasks import launch_deployment
+    from inference.preflight_service import launch_allowed, record_preflight
 
     problems = profile_problems(profile)
     if problems:
         raise InvalidLaunch(problems)
+    preflight = deployment_preflight(profile)
+    allowed, reason = launch_allowed(preflight, override)
+    if not allowed:
+        raise PreflightRefused(reason)
     with transaction.atomic():
         dep = Deployment.objects.create(
             name=profile.name, host=profile.host, profile=profile, model=profile.model,
@@ -277,6 +314,7 @@ def deployment_launch(*, profile: LaunchProfile, user=None) -> Deployment:
             served_model_name=profile.served_model_name, api_key=profile.api_key, created_by=user,
             phases=[{"phase": "queued", "at": time.time()}],
         )
+        record_preflight(dep, preflight, override)
         transaction.on_commit(lambda: _send(launch_deployment, dep.pk, host_queue(dep.host), _launch_not_queued))
     return dep
 
@@ -304,13 +342,13 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
     return deployment
 
 
-def deployment_relaunch(*, deployment: Deployment, user=None) -> Deployment:
+def deployment_relaunch(*, deployment: Deployment, user=None, override=False) -> Deployment:
     """Launch the same profile again (a stopped or failed deployment's "Restart")."""
     if deployment.is_active:
         raise DeploymentError(f"{deployment.name} is still {deployment.status}; stop it first.", code="running")
     if deployment.profile is None:
         raise DeploymentError("Its launch profile was deleted; create a new one.", code="no_profile")
-    return deployment_launch(profile=deployment.profile, user=user)
+    return deployment_launch(profile=deployment.profile, user=user, override=override)
 
 
 def _add_phase(deployment_id, phase, at=None):

@@ -33,6 +33,7 @@ from inference import supervisor
 from inference.deployments import _add_phase, handle_of, spawn_for, _log_offset_of_new_run
 from inference.engines import InvalidLaunch, get_engine
 from inference.models import Deployment
+from inference.preflight_service import record_capacity
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,10 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
     if status not in Deployment.WATCHED:
         watchers.pop(dep.pk, None)
     lines, log_from, log_to = w.follower.take()
+    if lines and dep.engine == "vllm":
+        # vLLM prints what it really allocated (weights GiB, KV cache GiB and tokens,
+        # maximum concurrency) while it starts: keep it beside the estimate.
+        record_capacity(dep, lines)
     dep.refresh_from_db()
     if lines or note or (dep.status, dep.phase) != before or actions:
         return message_for(dep, lines, note, (log_from, log_to))

@@ -158,6 +158,8 @@ window.KilnPreflight = (function () {
     form.addEventListener("input", schedule);
     form.addEventListener("change", schedule);
     form.addEventListener("submit", (ev) => {
+      // Saving a profile with errors is fine; launching it needs the override.
+      if (ev.submitter && ev.submitter.name && ev.submitter.name !== "launch") return;
       const box = panel.querySelector('[data-pf="override"]');
       if (latest && latest.has_errors && box && !box.checked) {
         ev.preventDefault();
