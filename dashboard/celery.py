@@ -8,6 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.autodiscover_tasks(related_name="benchmark_tasks")
 
 
 def host_queue(host_name):
