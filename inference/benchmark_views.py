@@ -65,8 +65,13 @@ def benchmarks(request):
 def benchmark_detail(request, run_id):
     run = get_object_or_404(BenchmarkRun.objects.select_related("deployment", "created_by"), pk=run_id)
     data = svc.run_as_dict(run, detailed=True)
+    try:
+        bandwidth = _bandwidth(request)
+    except svc.BenchmarkInputError as exc:
+        messages.error(request, str(exc))
+        bandwidth = None
     return render(request, "inference/benchmarks_detail.html", {
-        "run": run, "steps": data["result"], "charts": svc.chart_data([run]), "roofline": svc.roofline(run),
+        "run": run, "steps": data["result"], "charts": svc.chart_data([run]), "roofline": svc.roofline(run, bandwidth),
         "metric_rows": [(name, [_fmt(s.get(name)) for s in data["result"]]) for name in _metric_names(data["result"])],
     })
 

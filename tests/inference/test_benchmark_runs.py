@@ -273,6 +273,9 @@ def test_compare_two_runs_ratios_argument_diff_and_roofline(client, viewer, db):
 
     page = client.get(f"/benchmarks/compare?ids={base.pk},{other.pk}").content.decode()
     assert "--max-num-seqs" in page and "×1.50" in page and 'class="better"' in page and "chart-roofline" in page
+    detail = client.get(f"/benchmarks/{base.pk}/").content.decode()
+    assert "Batch-1 decode 50.0 tok/s of a 60.0 tok/s limit" in detail
+    assert "of a 120.0 tok/s limit" in client.get(f"/benchmarks/{base.pk}/?bandwidth=1800").content.decode()
     assert client.get(f"/benchmarks/compare?ids={base.pk}").status_code == 400
     assert "No benchmark run #999" in client.get(f"/api/benchmarks/compare?ids={base.pk},999").json()["error"]["message"]
 
