@@ -9,6 +9,7 @@ app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.autodiscover_tasks(related_name="deployment_tasks")
+app.autodiscover_tasks(related_name="benchmark_tasks")
 
 
 def host_queue(host_name):

@@ -290,3 +290,80 @@ class Deployment(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+
+class BenchmarkRun(models.Model):
+    """One benchmark: a Kiln run against a deployment (Celery task on the
+    deployment's host) or a result imported from `vllm bench serve
+    --save-result` / guidellm. The row is the record: status, progress,
+    per-step results and the snapshot of what was measured (profile, argv,
+    engine version, model hashes, GPU, /metrics deltas)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    class Source(models.TextChoices):
+        KILN = "kiln", "Kiln"
+        VLLM_BENCH = "vllm-bench", "vllm bench serve"
+        GUIDELLM = "guidellm", "guidellm"
+
+    STATUS_COLOURS = {"queued": "grey", "running": "blue", "succeeded": "green", "failed": "red",
+                      "cancelled": "amber"}
+    FINISHED = ("succeeded", "failed", "cancelled")
+
+    deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="benchmark_runs")
+    scenario = models.CharField(max_length=100, blank=True)
+    label = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=20, choices=Source.choices, default=Source.KILN)
+    config = models.JSONField(default=dict, blank=True)  # the scenario as run (overrides applied)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    progress = models.JSONField(default=dict, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+
+    result = models.JSONField(default=list, blank=True)  # one vllm-bench-shaped dict per sweep step
+    snapshot = models.JSONField(default=dict, blank=True)
+
+    # Denormalised for the history filters (imported runs have no deployment).
+    model_name = models.CharField(max_length=300, blank=True)
+    engine = models.CharField(max_length=40, blank=True)
+    gpu_name = models.CharField(max_length=200, blank=True)
+
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"benchmark #{self.pk} {self.title} ({self.status})"
+
+    @property
+    def colour(self):
+        return self.STATUS_COLOURS.get(self.status, "grey")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def title(self) -> str:
+        return self.label or self.scenario or f"{self.get_source_display()} result"
+
+    @property
+    def headline(self) -> dict:
+        """The step the list shows: the one with the highest output throughput."""
+        steps = [s for s in (self.result or []) if isinstance(s, dict)]
+        if not steps:
+            return {}
+        return max(steps, key=lambda s: s.get("output_throughput") or 0)

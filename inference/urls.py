@@ -1,6 +1,7 @@
 from django.urls import include, path
 
 from dashboard.views import section
+from inference import benchmark_views
 
 urlpatterns = [
     path(
@@ -10,10 +11,14 @@ urlpatterns = [
         name="models",
     ),
     path("", include("inference.deployment_urls")),
-    path(
-        "benchmarks/",
-        section,
-        {"title": "Benchmarks", "blurb": "Run benchmarks comparable with vllm bench serve and compare configurations side by side."},
-        name="benchmarks",
-    ),
+    path("benchmarks/", benchmark_views.benchmarks, name="benchmarks"),
+    path("benchmarks/compare", benchmark_views.benchmark_compare, name="benchmark_compare"),
+    path("benchmarks/import", benchmark_views.benchmark_import_page, name="benchmark_import"),
+    path("benchmarks/<int:run_id>/", benchmark_views.benchmark_detail, name="benchmark_detail"),
+    path("api/benchmarks/", benchmark_views.api_benchmarks, name="api_benchmarks"),
+    path("api/benchmarks/compare", benchmark_views.api_benchmarks_compare, name="api_benchmarks_compare"),
+    path("api/benchmarks/import", benchmark_views.api_benchmark_import, name="api_benchmark_import"),
+    path("api/benchmarks/<int:run_id>", benchmark_views.api_benchmark, name="api_benchmark"),
+    path("api/benchmarks/<int:run_id>/cancel", benchmark_views.api_benchmark_cancel, name="api_benchmark_cancel"),
+    path("api/benchmarks/<int:run_id>/export", benchmark_views.api_benchmark_export, name="api_benchmark_export"),
 ]
