@@ -212,13 +212,15 @@ def test_sweep_runs_each_concurrency_level():
 
 def test_goodput_counts_requests_within_every_slo():
     with running_stub() as stub:
-        cfg = config_for(stub, load=LoadShape("concurrency", 4), goodput_slos={"e2el": 100.0})
+        # The SLO leaves a wide margin over the stub's instant answers so a busy
+        # CI machine cannot push a fast request over it; the slow ones wait 2 s.
+        cfg = config_for(stub, load=LoadShape("concurrency", 4), goodput_slos={"e2el": 1500.0})
         fast = [RequestSpec("a", 3) for _ in range(3)]
         slow = [RequestSpec("b", 3)]
         cfg.extra_body = {}
         result = run_benchmark(cfg, fast)
         assert result.metrics["request_goodput"] == pytest.approx(result.metrics["request_throughput"])
-        cfg.extra_body = {"stub": {"first_delay": 0.2}}
+        cfg.extra_body = {"stub": {"first_delay": 2.0}}
         result = run_benchmark(cfg, slow + fast)
     assert result.metrics["request_goodput"] == 0.0
     assert result.metrics["request_throughput"] > 0
