@@ -90,7 +90,7 @@ def model_detail_page(request, artifact_id):
             files.append({**f, "recorded": hashes.get(f.get("path"), "")})
     return render(request, "inference/model_detail.html", {
         "m": artifact, "model": artifact.as_dict(), "files": files,
-        "meta_rows": sorted((k, v) for k, v in artifact.meta.items() if k != "tensor_types"),
+        "meta_rows": sorted((k, v) for k, v in artifact.meta.items() if k not in ("tensor_types", "error")),
     })
 
 
