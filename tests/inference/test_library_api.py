@@ -281,3 +281,16 @@ def test_viewer_may_look_but_not_download_cancel_or_delete(client, viewer, hub, 
         assert response.json()["error"]["code"] == "forbidden"
     assert client.delete(f"/api/models/{row.pk}").status_code == 403
     assert ModelArtifact.objects.filter(pk=row.pk).exists() and len(hub.requests) == 0
+
+
+def test_modelscope_download_through_the_api(client, operator, worker, hub, models_dir):
+    login(client, operator)
+    response = client.post("/api/models/", {"hub": "modelscope", "repo_id": "org/Tiny-GGUF", "revision": "main",
+                                            "include": "*Q8_0.gguf", "endpoint": hub.url}, content_type="application/json")
+    assert response.status_code == 202, response.content
+    row = wait_status(response.json()["model"]["id"], {"ready", "failed"})
+    assert row.status == "ready", row.error
+    assert row.path == str(models_dir / "modelscope/org/Tiny-GGUF/main/tiny-Q8_0.gguf")
+    assert row.recorded_hashes["tiny-Q8_0.gguf"] == served(hub, "org/Tiny-GGUF", "tiny-Q8_0.gguf").sha256
+    assert row.meta["architecture"] == "llama"
+    assert any("/api/v1/models/org/Tiny-GGUF/repo?" in r["path"] for r in hub.requests)
