@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from inference.models import ModelArtifact
-from tests.inference.library_fixtures import MiB, hub, login, models_dir, worker  # noqa: F401
+from tests.inference.library_fixtures import MiB, hub, models_dir, worker  # noqa: F401
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
