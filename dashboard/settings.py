@@ -28,6 +28,15 @@ LOG_DIR = DATA_DIR / "logs"
 LOG_DIR.mkdir(exist_ok=True)
 MODELS_DIR = envpath("MODELS_DIR", DATA_DIR / "models")
 
+# Model hubs. HF_ENDPOINT takes a mirror such as https://hf-mirror.com (the same
+# variable huggingface_hub reads). The tokens are sent only to their own endpoint.
+HF_ENDPOINT = envurl("HF_ENDPOINT", "https://huggingface.co", schemes=("http", "https")).rstrip("/")
+HF_TOKEN = os.environ.get("HF_TOKEN", "").strip()
+MODELSCOPE_ENDPOINT = envurl("MODELSCOPE_ENDPOINT", "https://www.modelscope.cn", schemes=("http", "https")).rstrip("/")
+MODELSCOPE_TOKEN = os.environ.get("MODELSCOPE_TOKEN", "").strip()
+# Space a download must leave free on the models disk (the database and logs live there too).
+MODELS_DISK_RESERVE_MB = envint("MODELS_DISK_RESERVE_MB", 1024, minimum=0)
+
 SECRET_KEY = secret_key(DATA_DIR)
 DEBUG = envbool("DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])

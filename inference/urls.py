@@ -1,15 +1,15 @@
 from django.urls import include, path
 
-from dashboard.views import section
-from inference import benchmark_views
+from inference import benchmark_views, views
 
 urlpatterns = [
-    path(
-        "models/",
-        section,
-        {"title": "Models", "blurb": "Download models from Hugging Face or ModelScope, verified by sha256, or import a local folder."},
-        name="models",
-    ),
+    path("models/", views.models_page, name="models"),
+    path("models/<int:artifact_id>/", views.model_detail_page, name="model_detail"),
+    path("api/models/", views.api_models, name="api_models"),
+    path("api/models/preview", views.api_model_preview, name="api_model_preview"),
+    path("api/models/import", views.api_model_import, name="api_model_import"),
+    path("api/models/<int:artifact_id>", views.api_model, name="api_model"),
+    path("api/models/<int:artifact_id>/<str:action>", views.api_model_action, name="api_model_action"),
     path("", include("inference.deployment_urls")),
     path("benchmarks/", benchmark_views.benchmarks, name="benchmarks"),
     path("benchmarks/compare", benchmark_views.benchmark_compare, name="benchmark_compare"),

@@ -29,6 +29,7 @@ class Command(BaseCommand):
             stack.say(f"data in {settings.DATA_DIR}")
             call_command("migrate", interactive=False, verbosity=0)
             password = services.ensure_first_operator()
+            self.register_demo_model(stack)
             register_demo_runtime(stack)
             stack.start_redis()
             stack.start_services()
@@ -45,6 +46,17 @@ class Command(BaseCommand):
             stack.say("stopped; nothing left running.")
         if code:
             raise SystemExit(code)
+
+    def register_demo_model(self, stack):
+        """The demo GGUF as a verified local model (assembled and hashed on the first run only)."""
+        from inference.services import demo_model_register
+
+        try:
+            model = demo_model_register()
+        except Exception as exc:  # the panel is still useful without the demo model
+            stack.say(f"could not register the demo model: {exc}")
+            return
+        stack.say(f"demo model ready: {model.path}")
 
     def banner(self, stack, host, port, password):
         url = f"http://{connect_host(host)}:{port}/"
