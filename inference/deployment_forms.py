@@ -14,6 +14,22 @@ from inference.models import EngineRuntime, LaunchProfile, ModelArtifact
 TRISTATE = (("", "engine default"), ("on", "on"), ("off", "off"))
 
 
+
+def speculative_config_from(value) -> dict:
+    """The speculative-config field's JSON text as a dict, or a message saying what is wrong."""
+    if isinstance(value, dict):
+        return value
+    text = (value or "").strip()
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise forms.ValidationError(f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise forms.ValidationError('a JSON object such as {"method": "dflash", "model": "…"}')
+    return data
+
 class RuntimeForm(forms.ModelForm):
     class Meta:
         model = EngineRuntime
@@ -78,16 +94,7 @@ class LaunchProfileForm(forms.ModelForm):
         return {"on": True, "off": False}.get(self.cleaned_data.get("enable_prefix_caching") or "")
 
     def clean_speculative_config(self):
-        text = (self.cleaned_data.get("speculative_config") or "").strip()
-        if not text:
-            return {}
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"not valid JSON ({exc.msg} at character {exc.pos})") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError('a JSON object such as {"method": "dflash", "model": "…"}')
-        return value
+        return speculative_config_from(self.cleaned_data.get("speculative_config"))
 
     def clean_env(self):
         out = {}

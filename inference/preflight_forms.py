@@ -7,11 +7,11 @@ engine_version + sm70_build (planning without a registered runtime) and target
 (a planning target instead of the host's own GPUs). Fields it does not know
 (name, port, api_key, ...) are ignored.
 """
-import json
 
 from django import forms
 
 from inference import presets
+from inference.deployment_forms import speculative_config_from
 from inference.engines import InvalidLaunch, parse_extra_args
 from inference.models import EngineRuntime, ModelArtifact
 from inference.preflight_service import PLANNING_TARGETS
@@ -67,19 +67,7 @@ class PreflightForm(forms.Form):
         return value
 
     def clean_speculative_config(self):
-        value = self.cleaned_data.get("speculative_config")
-        if isinstance(value, dict):
-            return value
-        text = (value or "").strip()
-        if not text:
-            return {}
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"not valid JSON ({exc.msg} at character {exc.pos})") from None
-        if not isinstance(data, dict):
-            raise forms.ValidationError('a JSON object such as {"method": "dflash", "model": "…"}')
-        return data
+        return speculative_config_from(self.cleaned_data.get("speculative_config"))
 
     def clean_extra_args(self):
         value = self.cleaned_data.get("extra_args")
