@@ -161,6 +161,15 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # The monitor's sampling period; issue-specific code reads it.
 MONITOR_INTERVAL = envfloat("MONITOR_INTERVAL", 1.0, minimum=0.25, maximum=60)
+# Monitoring history (monitoring/history.py): every sample is kept for
+# MONITOR_RAW_RETENTION seconds, 10 s averages for MONITOR_10S_RETENTION, 1 min
+# averages for MONITOR_1M_RETENTION. 8 GPUs at 1 Hz: ~29k raw rows per hour,
+# ~69k 10 s rows per day, ~345k 1 min rows per 30 days -- fine for SQLite.
+MONITOR_RAW_RETENTION = envint("MONITOR_RAW_RETENTION", 3600, minimum=60)
+MONITOR_10S_RETENTION = envint("MONITOR_10S_RETENTION", 24 * 3600, minimum=600)
+MONITOR_1M_RETENTION = envint("MONITOR_1M_RETENTION", 30 * 24 * 3600, minimum=3600)
+# How often the monitor writes its buffered history rows (one batch insert).
+MONITOR_FLUSH_INTERVAL = envfloat("MONITOR_FLUSH_INTERVAL", 5.0, minimum=0.5, maximum=300)
 
 LOGGING = {
     "version": 1,
