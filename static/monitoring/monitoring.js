@@ -8,6 +8,7 @@
   const engineTraces = {};  // deployment id -> trace index in the engines chart
   const xidSeen = {};  // "host/index" -> [descriptions]
   const CHART_CONFIG = { displayModeBar: false, responsive: true };
+  const resizer = new ResizeObserver((entries) => entries.forEach((e) => { if (e.target.data) Plotly.Plots.resize(e.target); }));
 
   const na = (v) => v === null || v === undefined || Number.isNaN(v);
   const num = (v, digits = 0, unit = "") => na(v) ? "n/a" : `${Number(v).toFixed(digits)}${unit}`;
@@ -18,7 +19,7 @@
     return Object.assign({
       margin: { l: 40, r: 44, t: 6, b: 26 }, showlegend: true,
       legend: { orientation: "h", y: 1.18, x: 0, font: { size: 11 } },
-      xaxis: { type: "date", tickfont: { size: 10 } }, yaxis: { tickfont: { size: 10 } },
+      xaxis: { type: "date", tickfont: { size: 10 }, nticks: 5 }, yaxis: { tickfont: { size: 10 } },
       font: { family: "system-ui, sans-serif", size: 11 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     }, extra);
   }
@@ -54,6 +55,9 @@
     ], layout({ yaxis: { rangemode: "tozero", tickfont: { size: 10 } },
                 yaxis2: { overlaying: "y", side: "right", rangemode: "tozero", tickfont: { size: 10 }, showgrid: false } }),
     CHART_CONFIG);
+    // A new card narrows the others in the grid: Plotly only follows window
+    // resizes by itself, so follow each chart's own box.
+    [load, power].forEach((div) => resizer.observe(div));
     return (cards[key] = { el, load, power, key });
   }
 
@@ -79,7 +83,7 @@
       ["Memory", `${num(g.memory_used_bytes / GiB, 1)} / ${num(g.memory_total_bytes / GiB, 1)} GiB (${num(memPct, 0, " %")})`],
       ["Temperature", num(g.temperature_c, 0, " °C")],
       ["Power", `${num(g.power_w, 0)} / ${num(g.power_limit_w, 0)} W`],
-      ["Energy", na(g.energy_j) ? "n/a" : `${(g.energy_j / 3.6e6).toFixed(2)} kWh`],
+      ["Energy", na(g.energy_j) ? "n/a" : g.energy_j >= 3.6e6 ? `${(g.energy_j / 3.6e6).toFixed(2)} kWh` : `${(g.energy_j / 3600).toFixed(1)} Wh`],
       ["P-state", na(g.performance_state) ? "n/a" : `P${g.performance_state}`],
       ["SM clock", `${num(g.sm_clock_mhz)} / ${num(g.sm_clock_max_mhz)} MHz`],
       ["Mem clock", `${num(g.mem_clock_mhz)} / ${num(g.mem_clock_max_mhz)} MHz`],
@@ -122,9 +126,13 @@
       <td class="gen-tps">${num(e.generation_tokens_per_s, 1)}</td><td>${num(e.prompt_tokens_per_s, 1)}</td>
       <td>${num(e.requests_running)}</td><td>${num(e.requests_waiting)}</td><td>${pct(e.kv_cache_usage)}</td>
       <td>${pct(e.prefix_cache_hit_rate)}</td><td>${num(e.preemptions_total)}</td><td>${pct(e.spec_decode_acceptance_rate)}</td></tr>`).join("");
-    if (!engines.length) return;
     const chart = document.getElementById("engines-chart");
-    if (!chart.data) Plotly.newPlot(chart, [], layout({ yaxis: { rangemode: "tozero", title: { text: "generation tok/s" } } }), CHART_CONFIG);
+    chart.hidden = engines.length === 0;
+    if (!engines.length) return;
+    if (!chart.data) {
+      Plotly.newPlot(chart, [], layout({ yaxis: { rangemode: "tozero", title: { text: "generation tok/s" } } }), CHART_CONFIG);
+      resizer.observe(chart);
+    }
     const fresh = engines.filter((e) => engineTraces[e.deployment_id] === undefined);
     if (fresh.length) {
       fresh.forEach((e, i) => { engineTraces[e.deployment_id] = chart.data.length + i; });
