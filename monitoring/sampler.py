@@ -174,7 +174,8 @@ class Monitor:
             "engines": engines,
             "xids": xids,
         }
-        await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "payload": message})
+        # Encoded once here; consumers forward the text as it is.
+        await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "text": json.dumps(message)})
         if self.redis is not None:
             key = MONITOR_HEARTBEAT_KEY.format(host=self.host)
             await self.redis.set(key, json.dumps(self.heartbeat()), ex=max(5, int(self.interval * 5)))
