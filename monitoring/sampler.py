@@ -19,6 +19,7 @@ from typing import Callable
 
 import httpx
 from django.db import close_old_connections, connections
+from redis.exceptions import RedisError
 
 from dashboard.services import MONITOR_HEARTBEAT_KEY
 from monitoring import history
@@ -64,6 +65,7 @@ class Monitor:
         self.started = time.time()
         self.flush_task: asyncio.Future | None = None
         self.write_errors = 0
+        self.publish_failing = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="kiln-monitor-db")
         self._http: httpx.AsyncClient | None = None
 
@@ -124,9 +126,12 @@ class Monitor:
                     except Exception:  # noqa: BLE001 - keep the last list
                         log.exception("monitor: could not read the running deployments")
                 message = await self.tick()
-                if now - last_beat >= HEARTBEAT_EVERY_S:
+                if now - last_beat >= HEARTBEAT_EVERY_S and not self.publish_failing:
                     last_beat = now
-                    await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "payload": self.heartbeat()})
+                    try:
+                        await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "payload": self.heartbeat()})
+                    except (RedisError, OSError):
+                        self.publish_failing += 1
                 if self.history is not None and now - last_flush >= self.flush_interval:
                     last_flush = now
                     prune = now - last_prune >= PRUNE_EVERY_S
@@ -174,13 +179,22 @@ class Monitor:
             "engines": engines,
             "xids": xids,
         }
-        # Encoded once here; consumers forward the text as it is.
-        await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "text": json.dumps(message)})
-        if self.redis is not None:
-            key = MONITOR_HEARTBEAT_KEY.format(host=self.host)
-            await self.redis.set(key, json.dumps(self.heartbeat()), ex=max(5, int(self.interval * 5)))
         if self.history is not None:
             self.history.add_tick(sampled_at, gpus, [e for e in engines if not e.get("problem")], xids)
+        try:
+            # Encoded once here; consumers forward the text as it is.
+            await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "text": json.dumps(message)})
+            if self.redis is not None:
+                key = MONITOR_HEARTBEAT_KEY.format(host=self.host)
+                await self.redis.set(key, json.dumps(self.heartbeat()), ex=max(5, int(self.interval * 5)))
+            if self.publish_failing:
+                log.warning("monitor: publishing again after %d failed samples", self.publish_failing)
+                self.publish_failing = 0
+        except (RedisError, OSError) as exc:
+            # Redis away for a while: keep sampling and recording history, say so once.
+            if not self.publish_failing:
+                log.warning("monitor: cannot publish to Redis (%s); still sampling and recording history", exc)
+            self.publish_failing += 1
         return message
 
     def heartbeat(self) -> dict:

@@ -188,3 +188,19 @@ def test_library_not_found_reason(db):
     nvml = Nvml(lib=FakeNvml(init_error=NVMLError_LibraryNotFound))
     status = nvml.init()
     assert status.ok is False and "No NVIDIA GPU/driver found" in status.message
+
+
+def test_redis_away_does_not_stop_sampling_or_history(transactional_db):
+    from channels_redis.core import RedisChannelLayer
+
+    _, nvml = fake_nvml()
+    dead = RedisChannelLayer(hosts=[f"redis://127.0.0.1:{free_port()}/0"])
+
+    async def scenario():
+        monitor = Monitor(nvml=nvml, host=settings.HOST_NAME, interval=0.25, layer=dead, flush_interval=0.5)
+        await monitor.run(count=3)
+        return monitor
+
+    monitor = async_to_sync(scenario)()
+    assert monitor.seq == 3 and monitor.publish_failing == 3
+    assert GpuSample.objects.filter(tier=Tier.RAW).count() == 6
