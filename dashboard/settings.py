@@ -144,7 +144,10 @@ REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "r
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 500, "expiry": 30},
+        # redis-py 8 reads with a 5 s socket timeout by default, the same as
+        # channels_redis' 5 s BZPOPMIN: after 5 quiet seconds a websocket
+        # consumer died with "Timeout reading from". Read longer than it blocks.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 500, "expiry": 30},
     }
 }
 
