@@ -113,3 +113,44 @@ def test_llamacpp_tokens_per_second_reach_the_browser_without_a_gpu(transactiona
     assert engine["generation_tokens_total"] > 0
     # And the throughput history has it.
     assert EngineSample.objects.filter(deployment_id=1, generation_tokens_per_s__gt=0).exists()
+
+
+@pytest.mark.browser
+def test_demo_page_shows_llamacpp_throughput_without_a_gpu(asgi_server, browser, viewer, llama_server):
+    """The demo machine as a person sees it: the no-GPU card, and the llama.cpp
+    deployment's tokens/s in the throughput table and chart."""
+    import threading
+
+    from tests.monitoring.test_monitoring_page import ARTIFACTS, sign_in
+
+    url, pid = llama_server
+    nvml = Nvml(lib=no_driver())
+    nvml.init()
+    target = {"deployment_id": 1, "name": "gemma demo", "engine": "llamacpp", "metrics_url": f"{url}/metrics",
+              "pid": pid}
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    monitor = Monitor(nvml=nvml, host=settings.HOST_NAME, interval=0.5, layer=get_channel_layer(),
+                      targets=[target], record_history=False)
+    thread = threading.Thread(target=lambda: loop.run_until_complete(monitor.run(stop=stop)), daemon=True)
+    thread.start()
+    try:
+        page = browser.new_page()
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        sign_in(page, asgi_server, viewer)
+        page.goto(f"{asgi_server}/monitoring/")
+        page.wait_for_selector("#no-gpu:not([hidden])", timeout=30000)
+        page.wait_for_selector("#engines-table tr[data-deployment='1']", timeout=15000)
+        answer = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "Name three kinds of pottery kilns."}], "max_tokens": 24})
+        assert answer.status_code == 200
+        page.wait_for_function(
+            "() => parseFloat(document.querySelector(\"#engines-table tr[data-deployment='1'] .gen-tps\")"
+            ".textContent) > 0", timeout=20000)
+        assert "gemma demo" in page.locator("#engines-table").inner_text()
+        assert page.locator("#engines-chart .plot-container").count() == 1
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "monitoring-demo-llamacpp.png"), full_page=True)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(15)
