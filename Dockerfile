@@ -23,4 +23,4 @@ RUN DATA_DIR=/tmp/build-data SECRET_KEY=collectstatic-only-not-a-real-key-012345
     python manage.py collectstatic --noinput -v0 && rm -rf /tmp/build-data
 
 EXPOSE 8000
-CMD ["gunicorn", "dashboard.asgi:application", "-k", "uvicorn_worker.UvicornWorker", "-b", "0.0.0.0:8000", "-w", "4"]
+CMD ["gunicorn", "dashboard.asgi:application", "-k", "dashboard.workers.UvicornWorker", "-b", "0.0.0.0:8000", "-w", "4"]

@@ -9,7 +9,13 @@
    one ``nvidia-smi --query-gpu`` call, per NVML call breakdown, and
    (--dump FILE) a JSON dump of what NVML read, including NotSupported fields.
 
-    python bench/monitoring.py [--seconds 10] [--dump out.json]
+4. The whole live path (--clients 50): the real ``manage.py monitor`` on the
+   fake NVML with 8 GPUs at 1 Hz (history writes on), a real Redis channel
+   layer, the real ASGI app under uvicorn and 50 signed-in websocket clients.
+   Reports the monitor process's CPU % of one core (from /proc) and the
+   sample-to-client latency p50/p99 (sample time in the message vs arrival).
+
+    python bench/monitoring.py [--seconds 10] [--dump out.json] [--clients 50 --live-seconds 30]
 """
 
 from __future__ import annotations
@@ -198,15 +204,208 @@ def bench_real(results, dump_path):
     nvml.shutdown()
 
 
+# ----------------------------------------------------------------- live path
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"bench: {what} did not come up in {timeout} s")
+
+
+TIME_RE = __import__("re").compile(r'"type": "(\w+)", "host": "[^"]*", "time": ([0-9.]+)')
+
+
+def bench_live(results, clients: int, seconds: float, gpus_factory: str = "tests.fakenvml:eight_gpus",
+               deflate: bool = True, server_deflate: bool = False):
+    import asyncio
+    import os
+    import signal
+    import tempfile
+
+    import httpx
+    import redis
+    import websockets
+
+    from dashboard.standalone import find_redis_server
+
+    # Browsers offer permessage-deflate and servers accept it by default, so the
+    # clients offer it too unless --no-deflate.
+    compression = "deflate" if deflate else None
+    work = Path(tempfile.mkdtemp(prefix="kiln-bench-live-"))
+    redis_port, web_port = _free_port(), _free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DJANGO_SETTINGS_MODULE="dashboard.settings", DATA_DIR=str(work),
+               REDIS_URL=f"redis://127.0.0.1:{redis_port}/0", KILN_HOST_NAME="bench", DEBUG="0")
+    env.pop("DATABASE_URL", None)
+    procs = []
+
+    def spawn(name, argv, extra=None):
+        log = (work / f"{name}.log").open("wb")
+        proc = subprocess.Popen(argv, cwd=ROOT, env=dict(env, **(extra or {})), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    try:
+        spawn("redis", [find_redis_server(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--dir", str(work)])
+        r = redis.Redis(port=redis_port)
+
+        def redis_up():
+            try:
+                return r.ping()
+            except redis.RedisError:
+                return False
+        _wait(redis_up, 10, "redis-server")
+        manage = [sys.executable, "manage.py"]
+        subprocess.run(manage + ["migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        cookie = subprocess.run(manage + ["shell", "-c", (
+            "from django.contrib.auth.models import User; from django.test import Client; "
+            "u = User.objects.create_user('bench', password='bench-password-1'); c = Client(); c.force_login(u); "
+            "print(c.cookies['sessionid'].value)")], cwd=ROOT, env=env, check=True, capture_output=True,
+            text=True).stdout.strip().splitlines()[-1]
+        web = spawn("web", [sys.executable, "-m", "uvicorn", "dashboard.asgi:application", "--host", "127.0.0.1",
+                      "--port", str(web_port), "--log-level", "warning",
+                      # as production's worker class (dashboard/workers.py) unless --deflate
+                      "--ws-per-message-deflate", "true" if server_deflate else "false"])
+
+        def web_up():
+            try:
+                return httpx.get(f"http://127.0.0.1:{web_port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+        _wait(web_up, 60, "uvicorn")
+
+        async def listen():
+            latencies, sizes, per_client = [], [], [0] * clients
+            ready = asyncio.Event()
+            measuring = {"on": False}
+
+            async def client(i):
+                headers = {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{web_port}"}
+                first = True
+                while True:  # reconnect as kiln.js does; each reconnect is counted
+                    try:
+                        async with websockets.connect(f"ws://127.0.0.1:{web_port}/ws/live/",
+                                                      additional_headers=headers, max_size=2**24,
+                                                      compression=compression) as ws:
+                            if first:
+                                first = False
+                                connected[0] += 1
+                                if connected[0] == clients:
+                                    ready.set()
+                            async for raw in ws:
+                                arrived = time.time()
+                                # The head of the message is enough (type, host, time come first):
+                                # the clients share this process and must not slow each other down.
+                                head = TIME_RE.search(raw, 0, 300)
+                                if head and head.group(1) == "monitor":
+                                    first_message.set()
+                                if head and head.group(1) == "monitor" and measuring["on"]:
+                                    latencies.append(arrived - float(head.group(2)))
+                                    per_client[i] += 1
+                                    sizes.append(len(raw))
+                    except (websockets.ConnectionClosed, OSError):
+                        pass
+                    reconnects[0] += 1
+                    await asyncio.sleep(0.5)
+
+            connected, reconnects, other_cpu = [0], [0], {}
+            first_message = asyncio.Event()
+            tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+            await asyncio.wait_for(ready.wait(), 60)
+            # The web process's own cost with the clients connected and no monitor yet.
+            idle0, idle_wall0 = _proc_cpu_s(web.pid), time.perf_counter()
+            await asyncio.sleep(5)
+            other_cpu["web_idle"] = 100 * (_proc_cpu_s(web.pid) - idle0) / (time.perf_counter() - idle_wall0)
+            monitor = spawn("monitor", manage + ["monitor", "--interval", "1"],
+                            {"KILN_NVML_LIB": gpus_factory})
+            await asyncio.wait_for(first_message.wait(), 120)
+            await asyncio.sleep(3)  # past start-up and the first history flush
+            measuring["on"] = True
+            cpu0, web0, me0, wall0 = _proc_cpu_s(monitor.pid), _proc_cpu_s(web.pid), time.process_time(), \
+                time.perf_counter()
+            await asyncio.sleep(seconds)
+            cpu1, web1, me1, wall1 = _proc_cpu_s(monitor.pid), _proc_cpu_s(web.pid), time.process_time(), \
+                time.perf_counter()
+            other_cpu["web"] = 100 * (web1 - web0) / (wall1 - wall0)
+            other_cpu["clients"] = 100 * (me1 - me0) / (wall1 - wall0)
+            measuring["on"] = False
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return latencies, sizes, per_client, 100 * (cpu1 - cpu0) / (wall1 - wall0), reconnects[0], other_cpu
+
+        latencies, sizes, per_client, cpu_pct, reconnects, other_cpu = asyncio.run(listen())
+        if not latencies:
+            raise SystemExit(f"bench: no monitor message arrived; see {work}/monitor.log")
+        latencies.sort()
+        q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1e3  # noqa: E731
+        figures = {"server_permessage_deflate": server_deflate, "clients": clients, "gpus": 8, "interval_s": 1.0, "seconds": seconds,
+                   "monitor_cpu_pct_of_one_core": cpu_pct, "latency_ms_p50": q(0.50), "latency_ms_p99": q(0.99),
+                   "latency_ms_max": latencies[-1] * 1e3, "messages_received": len(latencies),
+                   "messages_per_client_min": min(per_client), "message_bytes": statistics.median(sizes),
+                   "reconnects": reconnects, "load_average_1m": os.getloadavg()[0],
+                   "web_cpu_pct_of_one_core": other_cpu["web"], "clients_cpu_pct_of_one_core": other_cpu["clients"],
+                   "web_idle_cpu_pct_of_one_core": other_cpu["web_idle"]}
+        print(f"[live] monitor (8 fake GPUs, 1 Hz, history on) -> Redis channel layer -> uvicorn -> {clients} "
+              f"websocket clients for {seconds:.0f} s: monitor CPU {cpu_pct:.2f}% of one core; sample-to-client "
+              f"latency p50 {figures['latency_ms_p50']:.1f} ms, p99 {figures['latency_ms_p99']:.1f} ms "
+              f"(max {figures['latency_ms_max']:.1f} ms); {len(latencies)} messages of "
+              f"{figures['message_bytes'] / 1024:.1f} KiB, every client got >= {min(per_client)}; "
+              f"{reconnects} reconnects; web process CPU {other_cpu['web']:.1f}% "
+              f"({other_cpu['web_idle']:.1f}% before the monitor started), the clients' {other_cpu['clients']:.1f}%; "
+              f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        results["live_ws"] = figures
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10, help="length of the 1 Hz fake-NVML run (default 10)")
     ap.add_argument("--dump", help="on a GPU host, write what NVML read to this JSON file")
+    ap.add_argument("--clients", type=int, default=50, help="websocket clients of the live-path run (0 = skip)")
+    ap.add_argument("--live-seconds", type=float, default=30, help="measured length of the live-path run")
+    ap.add_argument("--only-live", action="store_true", help="run only the live-path measurement")
+    ap.add_argument("--no-deflate", action="store_true", help="live-path clients do not offer permessage-deflate")
+    ap.add_argument("--server-deflate", action="store_true",
+                    help="the web server accepts permessage-deflate (uvicorn's default; Kiln's worker turns it off)")
     args = ap.parse_args()
     results: dict = {}
-    bench_parser(results)
-    bench_fake(results, args.seconds)
-    bench_real(results, args.dump)
+    if not args.only_live:
+        bench_parser(results)
+        bench_fake(results, args.seconds)
+        bench_real(results, args.dump)
+    if args.clients:
+        bench_live(results, args.clients, args.live_seconds, deflate=not args.no_deflate,
+                   server_deflate=args.server_deflate)
     print(json.dumps({k: v for k, v in results.items() if k != "real"}, indent=1))
 
 

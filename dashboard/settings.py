@@ -153,7 +153,10 @@ REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "r
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 500, "expiry": 30},
+        # redis-py 8 reads with a 5 s socket timeout by default, the same as
+        # channels_redis' 5 s BZPOPMIN: after 5 quiet seconds a websocket
+        # consumer died with "Timeout reading from". Read longer than it blocks.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 500, "expiry": 30},
     }
 }
 
@@ -170,6 +173,15 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # The monitor's sampling period; issue-specific code reads it.
 MONITOR_INTERVAL = envfloat("MONITOR_INTERVAL", 1.0, minimum=0.25, maximum=60)
+# Monitoring history (monitoring/history.py): every sample is kept for
+# MONITOR_RAW_RETENTION seconds, 10 s averages for MONITOR_10S_RETENTION, 1 min
+# averages for MONITOR_1M_RETENTION. 8 GPUs at 1 Hz: ~29k raw rows per hour,
+# ~69k 10 s rows per day, ~345k 1 min rows per 30 days -- fine for SQLite.
+MONITOR_RAW_RETENTION = envint("MONITOR_RAW_RETENTION", 3600, minimum=60)
+MONITOR_10S_RETENTION = envint("MONITOR_10S_RETENTION", 24 * 3600, minimum=600)
+MONITOR_1M_RETENTION = envint("MONITOR_1M_RETENTION", 30 * 24 * 3600, minimum=3600)
+# How often the monitor writes its buffered history rows (one batch insert).
+MONITOR_FLUSH_INTERVAL = envfloat("MONITOR_FLUSH_INTERVAL", 5.0, minimum=0.5, maximum=300)
 
 LOGGING = {
     "version": 1,

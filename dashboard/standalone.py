@@ -179,7 +179,7 @@ class Stack:
         manage = str(Path(__file__).resolve().parent.parent / "manage.py")
         self.spawn(
             "web",
-            [python, "-m", "gunicorn", "dashboard.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
+            [python, "-m", "gunicorn", "dashboard.asgi:application", "-k", "dashboard.workers.UvicornWorker",
              "-b", f"{self.host}:{self.port}", "-w", str(self.web_workers), "--graceful-timeout", "5",
              "--timeout", "120", "--log-level", "warning"],
         )

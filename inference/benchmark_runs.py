@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 import redis
-from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.forms.models import model_to_dict
@@ -25,6 +24,7 @@ from inference.benchmarks import compare as compare_mod
 from inference.benchmarks.harness import BenchmarkError, LoadShape
 from inference.benchmarks.scenarios import SCENARIOS, Scenario, get_scenario, run_scenario
 from inference.models import BenchmarkRun, Deployment
+from monitoring.models import Gpu
 
 log = logging.getLogger(__name__)
 
@@ -137,18 +137,14 @@ def gpu_info(host: str, indices: list[int] | None) -> dict:
     indices = list(indices or [])
     if not indices:
         return {"name": "CPU", "driver": "", "count": 0, "indices": [], "bandwidth_gbps": None}
-    try:
-        Gpu = apps.get_model("monitoring", "Gpu")
-    except LookupError:
-        Gpu = None
-    rows = list(Gpu.objects.filter(host=host, index__in=indices).order_by("index")) if Gpu else []
+    rows = list(Gpu.objects.filter(host=host, index__in=indices, present=True).order_by("index"))
     if not rows:
         return {"name": "unknown GPU", "driver": "", "count": len(indices), "indices": indices,
                 "bandwidth_gbps": None, "note": "the monitor has not described this host's GPUs"}
     names = sorted({r.name for r in rows})
     name = names[0] if len(names) == 1 else " + ".join(names)
     return {"name": f"{len(rows)}× {name}" if len(rows) > 1 else name, "model": names[0],
-            "driver": rows[0].driver_version, "cuda_driver": getattr(rows[0], "cuda_driver_version", ""),
+            "driver": rows[0].driver_version, "cuda_driver": rows[0].cuda_driver_version,
             "count": len(rows), "indices": indices, "bandwidth_gbps": gpu_bandwidth_gbps(names[0])}
 
 

@@ -89,24 +89,19 @@ def gpus_for_host(host: str, gpu_indices) -> list[GPU]:
     indices = [int(i) for i in (gpu_indices or [])]
     if not indices:
         return [GPU(f"CPU ({host_ram_bytes() / GiB:.0f} GiB RAM)", host_ram_bytes(), None)]
-    from django.apps import apps
+    from monitoring.models import Gpu
 
-    try:
-        Gpu = apps.get_model("monitoring", "Gpu")
-    except LookupError:
-        return []
     rows = {}
     # a replaced card leaves its old row behind (present=False): the present one wins
-    for g in sorted(Gpu.objects.filter(host=host, index__in=indices), key=lambda g: getattr(g, "present", True)):
+    for g in Gpu.objects.filter(host=host, index__in=indices).order_by("present"):
         rows[g.index] = g
     out = []
     for i in indices:
         row = rows.get(i)
         if row is None:
             return []
-        total = (getattr(row, "memory_total_bytes", None) or getattr(row, "memory_total", None) or 0)
-        out.append(GPU(row.name or f"GPU {i}", int(total), getattr(row, "compute_capability", None) or None,
-                       driver_cuda_version=getattr(row, "cuda_driver_version", None) or None))
+        out.append(GPU(row.name or f"GPU {i}", int(row.memory_total_bytes or 0), row.compute_capability or None,
+                       driver_cuda_version=row.cuda_driver_version or None))
     return out
 
 

@@ -52,6 +52,8 @@ ENGINE_NAMES = {
         "generation_tokens_total": (["llamacpp:tokens_predicted_total"], "sum"),
         "requests_running": (["llamacpp:requests_processing"], "sum"),
         "requests_waiting": (["llamacpp:requests_deferred"], "sum"),
+        # Newer builds: prompt tokens reused from the cache (prompt_tokens_total excludes them).
+        "cached_tokens_total": (["llamacpp:prompt_tokens_cached_total"], "sum"),
         # Dropped from newer llama-server builds: then None.
         "kv_cache_usage": (["llamacpp:kv_cache_usage_ratio"], "max"),
         # Newer llama-server builds with speculative decoding.
@@ -302,6 +304,12 @@ def summarize(engine: str, raw: dict, deltas: CounterDeltas | None) -> dict:
     # Prefix cache: hit rate over the last interval when there were lookups,
     # else over the engine's life (so an idle engine does not show "n/a").
     hit = _ratio(delta("prefix_cache_hits_total"), delta("prefix_cache_queries_total"))
+    if hit is None and engine == "llamacpp":
+        cached, prompt = delta("cached_tokens_total"), delta("prompt_tokens_total")
+        hit = _ratio(cached, cached + prompt if cached is not None and prompt is not None else None)
+        if hit is None:
+            cached, prompt = raw.get("cached_tokens_total"), raw.get("prompt_tokens_total")
+            hit = _ratio(cached, cached + prompt if cached is not None and prompt is not None else None)
     if hit is None and engine == "sglang":
         hit = raw.get("prefix_cache_hit_rate_gauge")
         if hit is None:

@@ -318,3 +318,40 @@ def v100_on_x99(**overrides) -> FakeGpu:
                   unsupported={"nvmlDeviceGetFanSpeed", "nvmlDeviceGetRemappedRows", "field:197", "field:198"})
     values.update(overrides)
     return FakeGpu(**values)
+
+
+# --------------------------------------------------------------------------
+# Factories for the `monitor` command run as a process (tests, bench): the
+# command loads one through KILN_NVML_LIB="tests.fakenvml:two_gpus"; nothing
+# outside tests/ imports this module.
+
+
+class LiveFakeNvml(FakeNvml):
+    """Readings that move with time, so live charts have something to draw."""
+
+    def nvmlDeviceGetUtilizationRates(self, g):
+        import math
+        import time
+
+        t = time.time()
+        phase = self.gpus.index(g)
+        g.gpu_util = int(50 + 45 * math.sin(t / 7 + phase))
+        g.mem_util = int(30 + 20 * math.sin(t / 5 + phase))
+        g.temperature = 40 + g.gpu_util // 3
+        g.power_mw = int(g.power_limit_mw * (0.2 + 0.7 * g.gpu_util / 100))
+        g.memory_used = int(g.memory_total * (0.3 + 0.2 * math.sin(t / 11 + phase)))
+        return super().nvmlDeviceGetUtilizationRates(g)
+
+
+def two_gpus():
+    """An H200 and a passive V100 whose link trained at x8 (fan, remapped rows: NotSupported)."""
+    return LiveFakeNvml([FakeGpu(uuid="GPU-fake-h200-0", processes=[(4242, 20 * 1024**3)]),
+                         v100_on_x99(uuid="GPU-fake-v100-1")])
+
+
+def eight_gpus():
+    return LiveFakeNvml([FakeGpu(uuid=f"GPU-fake-{i}", processes=[(1000 + i, 1 << 30)]) for i in range(8)])
+
+
+def no_driver():
+    return FakeNvml(init_error=NVMLError_DriverNotLoaded)

@@ -63,3 +63,23 @@ def test_signed_in_clients_receive_what_the_monitor_publishes(transactional_db, 
 
     received = async_to_sync(scenario)()
     assert received == [{"type": "heartbeat", "host": "testhost", "samples": 7}] * 2
+
+
+def test_a_quiet_connection_survives_the_channel_layer_blocking_timeout(transactional_db, redis_clean, operator):
+    """channels_redis blocks 5 s per BZPOPMIN; redis-py 8 reads with a 5 s timeout
+    unless told otherwise, which killed consumers after 5 quiet seconds."""
+    import asyncio
+
+    cookie = session_cookie(operator)
+
+    async def scenario():
+        communicator = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, (b"host", b"localhost"),
+                                                                                  (b"cookie", cookie)])
+        assert (await communicator.connect())[0]
+        await asyncio.sleep(7)  # no messages: longer than one blocking read
+        await get_channel_layer().group_send(LIVE_GROUP, {"type": "live.message", "text": '{"type": "ping"}'})
+        received = await communicator.receive_from(timeout=5)
+        await communicator.disconnect()
+        return received
+
+    assert async_to_sync(scenario)() == '{"type": "ping"}'

@@ -151,6 +151,9 @@ def test_llamacpp_real_capture():
     assert first["generation_tokens_total"] == int(samples["llamacpp:tokens_predicted_total"][0][1]) > 0
     assert first["requests_running"] == int(samples["llamacpp:requests_processing"][0][1])
     assert first["requests_waiting"] == int(samples["llamacpp:requests_deferred"][0][1])
+    assert first["requests_running"] == 1  # captured mid-request
+    # 26 of 36 + 26 prompt tokens came from the prompt cache (prompt_tokens_total excludes them).
+    assert first["prefix_cache_hit_rate"] == pytest.approx(26 / 62)
     later = bump(bump(text, "llamacpp:tokens_predicted_total", 118), "llamacpp:prompt_tokens_total", 40)
     second = reader.read(later, now=2.0)
     assert second["generation_tokens_per_s"] == pytest.approx(59)

@@ -1,14 +1,17 @@
 """The monitor process: one per GPU host, the single producer of live data.
 
-Each tick it samples, publishes one message to the channel layer group that
-browser tabs listen on, and refreshes its heartbeat in Redis so the panel can
-tell a dead monitor from a quiet one.
+Each tick it samples the GPUs (NVML), scrapes the running deployments'
+/metrics, publishes one message to the channel layer group that browser tabs
+listen on, refreshes its heartbeat in Redis so the panel can tell a dead
+monitor from a quiet one, and buffers history rows (monitoring/sampler.py).
+
+Without a GPU or driver it keeps running: the page then says why there are no
+GPU readings, and engine tokens/s (llama.cpp on a CPU) still show.
 """
 import asyncio
-import json
+import importlib
 import os
 import signal
-import time
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -16,63 +19,66 @@ from django.core.management.base import BaseCommand, CommandError
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from dashboard.services import MONITOR_HEARTBEAT_KEY
-from monitoring.consumers import LIVE_GROUP
+from monitoring.nvml import Nvml
+from monitoring.sampler import Monitor
+
+# Test-only: "module:factory" of a stand-in for pynvml (tests/fakenvml.py).
+# Production never sets it, so nothing under tests/ is imported there.
+NVML_LIB_ENV = "KILN_NVML_LIB"
+
+
+def nvml_lib_from_env():
+    spec = os.environ.get(NVML_LIB_ENV)
+    if not spec:
+        return None
+    module, _, factory = spec.partition(":")
+    if not factory:
+        raise CommandError(f"{NVML_LIB_ENV}={spec!r} must look like 'package.module:factory'.")
+    try:
+        return getattr(importlib.import_module(module), factory)()
+    except (ImportError, AttributeError) as exc:
+        raise CommandError(f"{NVML_LIB_ENV}={spec!r} cannot be loaded: {exc}") from None
 
 
 class Command(BaseCommand):
-    help = "Sample this host and publish live data to the panel (runs until stopped)."
+    help = "Sample this host's GPUs and engines and publish live data to the panel (runs until stopped)."
 
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=None, help="seconds between samples (0.25 to 60)")
         parser.add_argument("--count", type=int, default=0, help="stop after this many samples (0 = forever)")
+        parser.add_argument("--no-history", action="store_true", help="publish live data only, write no history")
 
-    def handle(self, *args, interval=None, count=0, **options):
+    def handle(self, *args, interval=None, count=0, no_history=False, **options):
         interval = settings.MONITOR_INTERVAL if interval is None else interval
         if not 0.25 <= interval <= 60:
             raise CommandError(f"--interval {interval} is out of range: use 0.25 to 60 seconds.")
+        nvml = Nvml(lib=nvml_lib_from_env())
+        status = nvml.init()
+        self.stdout.write(f"monitor on host {settings.HOST_NAME}: sampling every {interval:g} s; {status.message}")
+        self.stdout.flush()
         try:
-            asyncio.run(self.run(interval, count))
+            asyncio.run(self.run(nvml, interval, count, not no_history))
         except RedisError as exc:
             raise CommandError(f"Redis at {settings.REDIS_URL} is not reachable ({exc}).") from None
+        finally:
+            nvml.shutdown()
 
-    async def run(self, interval, count):
+    async def run(self, nvml, interval, count, record_history):
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        layer = get_channel_layer()
         redis = aioredis.from_url(settings.REDIS_URL)
-        key = MONITOR_HEARTBEAT_KEY.format(host=settings.HOST_NAME)
-        started = time.time()
-        self.stdout.write(f"monitor on host {settings.HOST_NAME}: sampling every {interval:g} s", ending="\n")
-        self.stdout.flush()
-        samples = 0
+        layer = get_channel_layer()
+        monitor = Monitor(nvml=nvml, host=settings.HOST_NAME, interval=interval, layer=layer,
+                          redis=redis, flush_interval=settings.MONITOR_FLUSH_INTERVAL,
+                          record_history=record_history)
         from inference.watch import run_watch_loop  # deployments: phases, health, restarts (own 1 s cadence)
+
         deployments = asyncio.create_task(run_watch_loop(layer, settings.HOST_NAME, stop, group=LIVE_GROUP))
-        next_tick = time.monotonic()
-        while not stop.is_set():
-            sample = {
-                "type": "heartbeat",
-                "host": settings.HOST_NAME,
-                "time": time.time(),
-                "pid": os.getpid(),
-                "interval": interval,
-                "uptime_s": round(time.time() - started, 1),
-                "samples": samples,
-            }
-            await redis.set(key, json.dumps(sample), ex=max(5, int(interval * 5)))
-            await layer.group_send(LIVE_GROUP, {"type": "live.message", "payload": sample})
-            samples += 1
-            if count and samples >= count:
-                break
-            # Fixed-rate ticks: a slow sample does not push every later one back.
-            next_tick += interval
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_tick - time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
-        stop.set()
-        await deployments
-        await redis.delete(key)
-        await redis.aclose()
+        try:
+            await monitor.run(count=count, stop=stop)
+        finally:
+            stop.set()
+            await deployments
+            await redis.aclose()
