@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/jobs/<int:job_id>", views.api_job, name="api_job"),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
+    path("", include("inference.gateway.urls")),
 ]
 
 handler403 = "dashboard.errors.forbidden"
