@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import time
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
+from inference.gateway import ratelimit
 from inference.models import ApiKey
 
 KEY_PREFIX = "kiln-"
@@ -90,6 +92,9 @@ def bearer(request) -> str | None:
 
 
 def _load(hashed: str) -> dict:
+    from django.db import close_old_connections
+
+    close_old_connections()
     row = (ApiKey.objects.filter(hashed_key=hashed)
            .values("id", "user_id", "allowed_models", "rate_limit", "revoked", "user__is_active").first())
     if row is None or row["revoked"] is not None or not row["user__is_active"]:
@@ -98,20 +103,47 @@ def _load(hashed: str) -> dict:
             "allowed": list(row["allowed_models"] or []), "limit": row["rate_limit"]}
 
 
-async def authenticate(secret: str) -> KeyInfo | None:
-    """The active key for `secret`, or None (unknown, revoked, or its user disabled)."""
+# One round trip, one command: read the key's copy and, for a known key,
+# count the request in its rate-limit window (a pipeline of GET, INCR and
+# EXPIRE costs three commands' worth of client CPU).
+_AUTH_SCRIPT = """
+local info = redis.call('GET', KEYS[1])
+if info and ARGV[1] == '1' then
+  local n = redis.call('INCR', KEYS[2])
+  if n == 1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+  return {info, n}
+end
+return {info, 0}
+"""
+_script = {}
+
+
+async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None, int | None]:
+    """The active key for `secret` (None: unknown, revoked, or its user
+    disabled) and, if it is over its rate limit, the seconds to wait."""
     from inference.gateway.clients import redis
 
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
-        return None
+        return None, None
     hashed = hash_key(secret)
+    now = time.time()
+    counter = ratelimit.counter_name(hashed, now)
     client = redis()
-    raw = await client.get(cache_key(hashed))
-    if raw is None:
-        data = await sync_to_async(_load)(hashed)
-        await client.set(cache_key(hashed), json.dumps(data), ex=CACHE_TTL_S)
+    script = _script.get(id(client))
+    if script is None:
+        script = _script[id(client)] = client.register_script(_AUTH_SCRIPT)
+    raw, n = await script(keys=[cache_key(hashed), counter], args=["1" if count else "0", ratelimit.WINDOW_S * 2])
+    if raw is None:  # not cached: read the database, cache, count
+        data = await sync_to_async(_load, thread_sensitive=False)(hashed)
+        pipe = client.pipeline(transaction=False)
+        pipe.set(cache_key(hashed), json.dumps(data), ex=CACHE_TTL_S)
+        if count:
+            pipe.incr(counter)
+            pipe.expire(counter, ratelimit.WINDOW_S * 2)
+        n = (await pipe.execute() + [0])[1]
     else:
         data = json.loads(raw)
     if not data.get("active"):
-        return None
-    return KeyInfo(data["id"], data["user_id"], tuple(data["allowed"]), int(data["limit"]))
+        return None, None
+    info = KeyInfo(data["id"], data["user_id"], tuple(data["allowed"]), int(data["limit"]))
+    return info, ratelimit.retry_after(n, info.rate_limit, now) if count else None

@@ -96,19 +96,20 @@ class Relay:
         return self._run()
 
     def _events(self, out: bytes) -> bytes:
-        """Read usage from complete events; drop the usage-only event if it was ours."""
-        kept = []
-        changed = False
-        for event in out.split(b"\n\n"):
+        """Read usage from complete events (the last one carrying it wins, so
+        with per-chunk usage only one event per read is parsed); drop the
+        usage-only event if the gateway asked for it and the client did not."""
+        events = out.split(b"\n\n")
+        for event in reversed(events):
             if b'"usage"' in event:
                 obj = _event_json(event)
-                if obj is not None:
+                if obj is not None and isinstance(obj.get("usage"), dict):
                     self.counted.take(obj)
-                    if self.strip_usage and obj.get("usage") and obj.get("choices") == []:
-                        changed = True
-                        continue
-            kept.append(event)
-        return b"\n\n".join(kept) if changed else out
+                    break
+        if not self.strip_usage:
+            return out
+        kept = [e for e in events if not (b'"usage"' in e and _usage_only(e))]
+        return b"\n\n".join(kept) if len(kept) != len(events) else out
 
     async def _run(self):
         pending = b""
@@ -145,6 +146,11 @@ class Relay:
                          deployment_id=self.target.deployment_id, model=self.model,
                          prompt_tokens=self.counted.prompt_tokens,
                          completion_tokens=self.counted.completion_tokens, error=error)
+
+
+def _usage_only(event: bytes) -> bool:
+    obj = _event_json(event)
+    return obj is not None and bool(obj.get("usage")) and obj.get("choices") == []
 
 
 def _event_json(event: bytes) -> dict | None:

@@ -1,29 +1,25 @@
-"""Requests per minute per key: a fixed one-minute window counted in Redis
-(INCR + EXPIRE in one round trip). A fixed window may let up to twice the
-limit through across a window edge; for a team panel that is fine and costs
-one Redis call per request."""
+"""Requests per minute per key: a fixed one-minute window counted in Redis.
+
+The counter is INCRemented in the same Redis round trip that reads the key
+(keys.authenticate), named by the key's hash and the window's number, and
+expires after two windows. A fixed window may let up to twice the limit
+through across a window's edge; for a team panel that is fine, and it costs
+nothing beyond the round trip authentication makes anyway.
+"""
 
 from __future__ import annotations
 
 import math
-import time
-
-from inference.gateway.clients import redis
 
 WINDOW_S = 60
 
 
-async def hit(key_id: int, limit: int, now: float | None = None) -> int | None:
-    """Count one request; None if allowed, else the seconds until the window resets."""
-    if not limit:
+def counter_name(hashed: str, now: float) -> str:
+    return f"kiln:gw:rl:{hashed}:{int(now // WINDOW_S)}"
+
+
+def retry_after(count: int, limit: int, now: float) -> int | None:
+    """None if the request is within the limit, else seconds until the window resets."""
+    if not limit or count <= limit:
         return None
-    now = time.time() if now is None else now
-    window = int(now // WINDOW_S)
-    name = f"kiln:gw:rl:{key_id}:{window}"
-    pipe = redis().pipeline(transaction=False)
-    pipe.incr(name)
-    pipe.expire(name, WINDOW_S * 2)
-    count, _ = await pipe.execute()
-    if count > limit:
-        return max(1, math.ceil((window + 1) * WINDOW_S - now))
-    return None
+    return max(1, math.ceil((int(now // WINDOW_S) + 1) * WINDOW_S - now))

@@ -6,7 +6,11 @@ import datetime as dt
 import json
 import time
 
+from importlib import import_module
+
 import aiohttp
+from django.conf import settings
+from django.contrib.auth import aget_user
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
@@ -17,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from dashboard.roles import is_operator
-from inference.gateway import keys, ratelimit, routing, selectors, usage
+from inference.gateway import keys, routing, selectors, usage
 from inference.gateway.errors import bad_request, error_response
 from inference.gateway.proxy import Caller, Relay, open_upstream, prepare_body
 
@@ -28,19 +32,35 @@ def _no_view(request):
     return None
 
 
-async def _caller(request) -> tuple[Caller | None, keys.KeyInfo | None, HttpResponse | None]:
+async def _session_user(request):
+    """The signed-in user; under the gateway handler (no middleware) read from
+    the session cookie here."""
+    if hasattr(request, "auser"):
+        return await request.auser()
+    session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if not session_key:
+        return None
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return await aget_user(request)
+
+
+async def _caller(request, count: bool = True) -> tuple[Caller | None, keys.KeyInfo | None, HttpResponse | None]:
     """Who is calling: an API key (Bearer) or a signed-in user of the panel
     (the playground, which must send the CSRF token like any form)."""
     secret = keys.bearer(request)
     if secret:
-        info = await keys.authenticate(secret)
+        info, wait = await keys.authenticate(secret, count)
         if info is None:
             return None, None, error_response(
                 401, "Incorrect or revoked API key. Create one on the panel's Keys page and send it as "
                      "'Authorization: Bearer kiln-…'.", "invalid_request_error", "invalid_api_key")
+        if wait is not None:
+            return None, None, error_response(
+                429, f"Rate limit of {info.rate_limit} requests per minute reached for this key; retry in "
+                     f"{wait} s.", "rate_limit_error", "rate_limit_exceeded", retry_after=wait)
         return Caller(info.id, info.user_id), info, None
-    user = await request.auser()
-    if user.is_authenticated:
+    user = await _session_user(request)
+    if user is not None and user.is_authenticated:
         csrf = CsrfViewMiddleware(_no_view)
         csrf.process_request(request)
         refused = csrf.process_view(request, _no_view, (), {})
@@ -59,12 +79,6 @@ async def _proxy(request, path: str, streams: bool = True):
     caller, info, refused = await _caller(request)
     if refused:
         return refused
-    if info is not None:
-        wait = await ratelimit.hit(info.id, info.rate_limit)
-        if wait is not None:
-            return error_response(429, f"Rate limit of {info.rate_limit} requests per minute reached for this "
-                                       f"key; retry in {wait} s.", "rate_limit_error", "rate_limit_exceeded",
-                                  retry_after=wait)
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
@@ -150,7 +164,7 @@ async def embeddings(request):
 @login_not_required
 @csrf_exempt
 async def models(request):
-    caller, info, refused = await _caller(request)
+    caller, info, refused = await _caller(request, count=False)
     if refused:
         return refused
     names = [n for n in await routing.served_models() if info is None or info.allows(n)]
