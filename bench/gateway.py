@@ -126,7 +126,7 @@ def main() -> int:
             return sum(p.cpu_times().user + p.cpu_times().system for p in procs_)
 
         def run(base: str, model: str, streams: int, n: int, tokens: int, stub_script: dict | None,
-                key: str | None) -> dict:
+                key: str | None, strict: bool = True) -> dict:
             config = BenchmarkConfig(base, model, load=LoadShape("concurrency", streams), api_key=key,
                                      scrape_metrics=False, continuous_usage=False,
                                      extra_body={"stub": stub_script} if stub_script is not None else {})
@@ -139,7 +139,7 @@ def main() -> int:
             m["gateway_cpu_s"] = gateway_cpu() - cpu0
             m["events"] = sum(len(r.chunk_times) for r in result.records)
             m["duration"] = result.duration
-            if m["failed"]:
+            if m["failed"] and strict:
                 raise SystemExit(f"{m['failed']} requests failed against {base}: {m['error_counts']}")
             return m
 
@@ -190,11 +190,14 @@ def main() -> int:
             lsides = {"direct": (url, None), "gateway": (gateway, secret)}
             for _ in range(args.rounds):
                 for side, (base, key) in lsides.items():
-                    lr[side].append(run(base, "gemma-3-270m", 4, 8, 32, None, key))
+                    # llama-server drops keep-alive connections now and then; a
+                    # failed request is counted and shown, not fatal.
+                    lr[side].append(run(base, "gemma-3-270m", 4, 8, 32, None, key, strict=False))
             print("\n4. Gemma 3 270M on llama-server (CPU), 4 concurrent streams, 8 requests x 32 tokens")
             for side in lsides:
                 print(f"   {side:8} median TTFT {med(m['median_ttft_ms'] for m in lr[side]):8.1f} ms, "
-                      f"output {med(m['output_throughput'] for m in lr[side]):6.1f} tok/s")
+                      f"output {med(m['output_throughput'] for m in lr[side]):6.1f} tok/s, "
+                      f"failed {sum(m['failed'] for m in lr[side])} of {sum(m['failed'] + m['completed'] for m in lr[side])}")
     finally:
         for p in reversed(procs):
             if p.poll() is None:

@@ -75,7 +75,12 @@ async def open_upstream(target: Upstream, path: str, payload: bytes, stream: boo
     for attempt in (1, 2):
         try:
             return await upstream().post(url, data=payload, headers=headers)
-        except aiohttp.ServerDisconnectedError:
+        except aiohttp.ClientConnectorError:
+            raise  # nothing listens there: the caller tries the next replica
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # llama-server (cpp-httplib) closes a keep-alive connection after a
+            # few requests or 5 s idle; a request sent on it fails before any
+            # response, so sending it once more on a fresh connection is safe.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
