@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("inference.preflight_urls")),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
+    path("", include("inference.gateway.urls")),
 ]
 
 handler403 = "dashboard.errors.forbidden"

@@ -499,3 +499,63 @@ class BenchmarkRun(models.Model):
         if not steps:
             return {}
         return max(steps, key=lambda s: s.get("output_throughput") or 0)
+
+
+class ApiKey(models.Model):
+    """A user's key for the OpenAI-compatible gateway (/v1/ on the panel).
+
+    Only the sha256 of the key is stored. A slow password hash buys nothing
+    here: the key is 256 random bits (secrets.token_urlsafe(32)), so a leaked
+    hash cannot be brute-forced anyway, and a fast hash lets every request be
+    looked up by an index in microseconds instead of adding milliseconds of
+    PBKDF2 to each answer's time to first token.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="the first characters of the key, shown in the UI")
+    hashed_key = models.CharField(max_length=64, unique=True)  # sha256 hex
+    allowed_models = models.JSONField(default=list, blank=True, help_text="served model names; empty = all")
+    rate_limit = models.PositiveIntegerField(default=60, help_text="requests per minute; 0 = unlimited")
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked is None
+
+    def allows(self, model_name: str) -> bool:
+        return not self.allowed_models or model_name in self.allowed_models
+
+
+class UsageRecord(models.Model):
+    """Gateway usage per minute, per key (or per user for the playground) and
+    per deployment. The web process adds up requests in memory and writes one
+    increment per (minute, key, deployment) about once a second, so a burst of
+    requests costs a few UPDATEs, not one INSERT each. Concurrent writers may
+    leave two rows for one bucket; readers always sum."""
+
+    minute = models.DateTimeField(db_index=True)
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="usage")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="usage")
+    model_name = models.CharField(max_length=200, blank=True)
+    requests = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-minute"]
+        indexes = [models.Index(fields=["key", "minute"]), models.Index(fields=["deployment", "minute"])]

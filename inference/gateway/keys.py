@@ -1,0 +1,149 @@
+"""API keys: create (the secret is returned once), revoke, authenticate.
+
+Authentication runs on every gateway request, so it reads a Redis copy of the
+key's row (kiln:gw:key:<sha256>, 60 s), filled from the database on a miss;
+revoking deletes that copy, so the next request anywhere sees the revocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from inference.gateway import ratelimit
+from inference.models import ApiKey
+
+KEY_PREFIX = "kiln-"
+CACHE_TTL_S = 60
+
+
+class KeyFormError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    id: int
+    user_id: int
+    allowed_models: tuple[str, ...]
+    rate_limit: int
+
+    def allows(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def cache_key(hashed: str) -> str:
+    return f"kiln:gw:key:{hashed}"
+
+
+# ---------------------------------------------------------------- services
+
+
+def key_create(*, user, name: str, allowed_models=(), rate_limit: int = 60) -> tuple[ApiKey, str]:
+    """Create a key for `user`; returns the row and the secret (never stored)."""
+    name = (name or "").strip()
+    if not name:
+        raise KeyFormError("Give the key a name, e.g. the tool or person that will use it.")
+    if len(name) > 100:
+        raise KeyFormError("The key's name is longer than 100 characters; shorten it.")
+    if rate_limit is None or int(rate_limit) < 0:
+        raise KeyFormError("The rate limit is requests per minute: 0 (unlimited) or more.")
+    models = sorted({m.strip() for m in allowed_models if m and m.strip()})
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(user=user, name=name, prefix=secret[:12], hashed_key=hash_key(secret),
+                                allowed_models=models, rate_limit=int(rate_limit))
+    return key, secret
+
+
+def key_revoke(*, key: ApiKey, by) -> bool:
+    """Revoke `key` (False if it already was). The Redis copy goes at commit."""
+    updated = ApiKey.objects.filter(pk=key.pk, revoked__isnull=True).update(revoked=timezone.now(), revoked_by=by)
+    hashed = key.hashed_key
+    transaction.on_commit(lambda: forget(hashed))
+    return bool(updated)
+
+
+def forget(hashed: str) -> None:
+    import redis as redis_lib
+    from django.conf import settings
+
+    redis_lib.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).delete(cache_key(hashed))
+
+
+# ---------------------------------------------------------------- authentication
+
+
+def bearer(request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    return None
+
+
+def _load(hashed: str) -> dict:
+    from django.db import close_old_connections
+
+    close_old_connections()
+    row = (ApiKey.objects.filter(hashed_key=hashed)
+           .values("id", "user_id", "allowed_models", "rate_limit", "revoked", "user__is_active").first())
+    if row is None or row["revoked"] is not None or not row["user__is_active"]:
+        return {"active": False}
+    return {"active": True, "id": row["id"], "user_id": row["user_id"],
+            "allowed": list(row["allowed_models"] or []), "limit": row["rate_limit"]}
+
+
+# One round trip, one command: read the key's copy and, for a known key,
+# count the request in its rate-limit window (a pipeline of GET, INCR and
+# EXPIRE costs three commands' worth of client CPU).
+_AUTH_SCRIPT = """
+local info = redis.call('GET', KEYS[1])
+if info and ARGV[1] == '1' then
+  local n = redis.call('INCR', KEYS[2])
+  if n == 1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+  return {info, n}
+end
+return {info, 0}
+"""
+_script = {}
+
+
+async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None, int | None]:
+    """The active key for `secret` (None: unknown, revoked, or its user
+    disabled) and, if it is over its rate limit, the seconds to wait."""
+    from inference.gateway.clients import redis
+
+    if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+        return None, None
+    hashed = hash_key(secret)
+    now = time.time()
+    counter = ratelimit.counter_name(hashed, now)
+    client = redis()
+    script = _script.get(id(client))
+    if script is None:
+        script = _script[id(client)] = client.register_script(_AUTH_SCRIPT)
+    raw, n = await script(keys=[cache_key(hashed), counter], args=["1" if count else "0", ratelimit.WINDOW_S * 2])
+    if raw is None:  # not cached: read the database, cache, count
+        data = await sync_to_async(_load, thread_sensitive=False)(hashed)
+        pipe = client.pipeline(transaction=False)
+        pipe.set(cache_key(hashed), json.dumps(data), ex=CACHE_TTL_S)
+        if count:
+            pipe.incr(counter)
+            pipe.expire(counter, ratelimit.WINDOW_S * 2)
+        n = (await pipe.execute() + [0])[1]
+    else:
+        data = json.loads(raw)
+    if not data.get("active"):
+        return None, None
+    info = KeyInfo(data["id"], data["user_id"], tuple(data["allowed"]), int(data["limit"]))
+    return info, ratelimit.retry_after(n, info.rate_limit, now) if count else None

@@ -1,0 +1,169 @@
+"""Relay a request to an engine and its answer back, reading usage on the way.
+
+Streams are relayed event by event: every read from the engine is forwarded
+at once up to its last complete SSE event ("\\n\\n"); only a torn event at the
+end of a read waits for its rest (no client could use half an event). Engines
+write whole events, so in practice every read goes straight through.
+
+Usage: when the client streams without asking for usage, the gateway adds
+stream_options.include_usage (it needs the counts) and removes that extra
+usage-only chunk (`"choices": []`) from the client's stream, so the client
+gets exactly what it asked for. A client that asked for usage gets it as the
+engine sent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from inference.gateway import errors, usage
+from inference.gateway.clients import upstream
+from inference.gateway.routing import Upstream
+
+log = logging.getLogger(__name__)
+MAX_PENDING = 1 << 20  # a "torn event" longer than this is forwarded anyway
+
+DISCONNECTS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+
+
+@dataclass
+class Caller:
+    key_id: int | None
+    user_id: int | None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seen: bool = False
+
+    def take(self, obj: dict) -> None:
+        u = obj.get("usage")
+        if isinstance(u, dict):
+            self.prompt_tokens = int(u.get("prompt_tokens") or 0)
+            self.completion_tokens = int(u.get("completion_tokens") or 0)
+            self.seen = True
+
+
+def prepare_body(body: dict) -> tuple[bytes, bool]:
+    """The body for the engine, and whether the usage chunk must be removed
+    from the client's stream (the gateway asked for it, the client did not)."""
+    strip = False
+    if body.get("stream"):
+        options = body.get("stream_options")
+        if not isinstance(options, dict) or not options.get("include_usage"):
+            body = dict(body, stream_options=dict(options or {}, include_usage=True))
+            strip = True
+    return json.dumps(body, separators=(",", ":")).encode(), strip
+
+
+async def open_upstream(target: Upstream, path: str, payload: bytes, stream: bool) -> aiohttp.ClientResponse:
+    """POST to the engine; retry once if a pooled connection turns out closed
+    before any response (nothing was generated yet)."""
+    headers = {"Content-Type": "application/json"}
+    if stream:
+        headers["Accept"] = "text/event-stream"
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key}"
+    url = target.base_url + path
+    for attempt in (1, 2):
+        try:
+            return await upstream().post(url, data=payload, headers=headers)
+        except aiohttp.ClientConnectorError:
+            raise  # nothing listens there: the caller tries the next replica
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # llama-server (cpp-httplib) closes a keep-alive connection after a
+            # few requests or 5 s idle; a request sent on it fails before any
+            # response, so sending it once more on a fresh connection is safe.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class Relay:
+    """Async iterator over the client's stream; records usage when it ends."""
+
+    response: aiohttp.ClientResponse
+    target: Upstream
+    model: str
+    caller: Caller
+    strip_usage: bool
+    counted: Usage = field(default_factory=Usage)
+
+    def __aiter__(self):
+        return self._run()
+
+    def _events(self, out: bytes) -> bytes:
+        """Read usage from complete events (the last one carrying it wins, so
+        with per-chunk usage only one event per read is parsed); drop the
+        usage-only event if the gateway asked for it and the client did not."""
+        events = out.split(b"\n\n")
+        for event in reversed(events):
+            if b'"usage"' in event:
+                obj = _event_json(event)
+                if obj is not None and isinstance(obj.get("usage"), dict):
+                    self.counted.take(obj)
+                    break
+        if not self.strip_usage:
+            return out
+        kept = [e for e in events if not (b'"usage"' in e and _usage_only(e))]
+        return b"\n\n".join(kept) if len(kept) != len(events) else out
+
+    async def _run(self):
+        pending = b""
+        error = False
+        response = self.response
+        try:
+            async for chunk in response.content.iter_any():
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n\n")
+                if cut < 0:
+                    if len(data) < MAX_PENDING:
+                        pending = data
+                        continue
+                    cut = len(data) - 2
+                out, pending = data[:cut + 2], data[cut + 2:]
+                if b'"usage"' in out:
+                    out = self._events(out)
+                if out:
+                    yield out
+            if pending:
+                yield pending
+        except DISCONNECTS as exc:
+            error = True
+            log.warning("gateway: deployment #%s stopped mid-stream: %r", self.target.deployment_id, exc)
+            yield errors.error_event(
+                f"The engine serving {self.model!r} (deployment {self.target.name!r}) stopped answering "
+                f"mid-stream; the answer is incomplete. Retry the request.", "upstream_disconnected")
+        except asyncio.CancelledError:  # the client went away: the engine's request is closed below
+            error = True
+            raise
+        finally:
+            response.close()
+            usage.record(key_id=self.caller.key_id, user_id=self.caller.user_id,
+                         deployment_id=self.target.deployment_id, model=self.model,
+                         prompt_tokens=self.counted.prompt_tokens,
+                         completion_tokens=self.counted.completion_tokens, error=error)
+
+
+def _usage_only(event: bytes) -> bool:
+    obj = _event_json(event)
+    return obj is not None and bool(obj.get("usage")) and obj.get("choices") == []
+
+
+def _event_json(event: bytes) -> dict | None:
+    lines = [ln[5:].strip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
+    if not lines:
+        return None
+    try:
+        obj = json.loads(b"\n".join(lines))
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
