@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from monitoring.consumers import LIVE_GROUP
 from monitoring.nvml import Nvml
 from monitoring.sampler import Monitor
 
