@@ -119,6 +119,7 @@ class Relay:
     async def _run(self):
         pending = b""
         error = False
+        finished = False  # the engine sent [DONE]: a client leaving after it is no error
         response = self.response
         try:
             async for chunk in response.content.iter_any():
@@ -132,6 +133,8 @@ class Relay:
                 out, pending = data[:cut + 2], data[cut + 2:]
                 if b'"usage"' in out:
                     out = self._events(out)
+                if b"data: [DONE]" in out:
+                    finished = True
                 if out:
                     yield out
             if pending:
@@ -143,7 +146,7 @@ class Relay:
                 f"The engine serving {self.model!r} (deployment {self.target.name!r}) stopped answering "
                 f"mid-stream; the answer is incomplete. Retry the request.", "upstream_disconnected")
         except asyncio.CancelledError:  # the client went away: the engine's request is closed below
-            error = True
+            error = not finished
             raise
         finally:
             response.close()
