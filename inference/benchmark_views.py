@@ -6,13 +6,10 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard.api import json_error
 from dashboard.roles import operator_required
 from inference import benchmark_runs as svc
 from inference.models import BenchmarkRun, Deployment
-
-
-def _error(code, message, status=400):
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
 def _filters(request):
@@ -146,22 +143,22 @@ def _api_start(request):
     try:
         body = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST.dict()
     except ValueError:
-        return _error("invalid", "The request body is not JSON.")
+        return json_error("invalid", "The request body is not JSON.")
     if not isinstance(body, dict):
-        return _error("invalid", "Send a JSON object: {\"deployment\": id, \"scenario\": name}.")
+        return json_error("invalid", "Send a JSON object: {\"deployment\": id, \"scenario\": name}.")
     try:
         deployment_id = int(body.get("deployment"))
     except (TypeError, ValueError):
-        return _error("invalid", "deployment: choose a ready deployment (its id).")
+        return json_error("invalid", "deployment: choose a ready deployment (its id).")
     deployment = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
     if deployment is None:
-        return _error("not_found", f"No deployment #{deployment_id}.", 404)
+        return json_error("not_found", f"No deployment #{deployment_id}.", 404)
     overrides = {k: body.get(k) for k in (*svc.OVERRIDE_LIMITS, "sweep") if k in body}
     try:
         run = svc.benchmark_start(deployment=deployment, scenario=str(body.get("scenario") or ""),
                                   user=request.user, label=str(body.get("label") or ""), overrides=overrides)
     except svc.BenchmarkInputError as exc:
-        return _error(exc.code, str(exc), 409 if exc.code == "not_ready" else 400)
+        return json_error(exc.code, str(exc), 409 if exc.code == "not_ready" else 400)
     return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
 
 
@@ -169,7 +166,7 @@ def _api_start(request):
 def api_benchmark(request, run_id):
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        return _error("not_found", f"No benchmark run #{run_id}.", 404)
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
     return JsonResponse({"run": svc.run_as_dict(run, detailed=True)})
 
 
@@ -178,11 +175,11 @@ def api_benchmark(request, run_id):
 def api_benchmark_cancel(request, run_id):
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        return _error("not_found", f"No benchmark run #{run_id}.", 404)
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
     try:
         run = svc.benchmark_cancel(run=run, user=request.user)
     except svc.BenchmarkInputError as exc:
-        return _error(exc.code, str(exc), 409)
+        return json_error(exc.code, str(exc), 409)
     return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
 
 
@@ -197,7 +194,7 @@ def api_benchmark_import(request):
     try:
         run = svc.benchmark_import(data=data, file_name=name, user=request.user, label=request.POST.get("label", ""))
     except svc.BenchmarkInputError as exc:
-        return _error(exc.code, str(exc))
+        return json_error(exc.code, str(exc))
     return JsonResponse({"run": svc.run_as_dict(run, detailed=True)}, status=201)
 
 
@@ -205,9 +202,9 @@ def api_benchmark_import(request):
 def api_benchmark_export(request, run_id):
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        return _error("not_found", f"No benchmark run #{run_id}.", 404)
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
     if not run.result:
-        return _error("no_result", f"Run #{run_id} is {run.status} and has no result to export yet.", 409)
+        return json_error("no_result", f"Run #{run_id} is {run.status} and has no result to export yet.", 409)
     body = json.dumps(svc.benchmark_export(run), indent=2, default=str)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="kiln-benchmark-{run.pk}.json"'
@@ -221,5 +218,5 @@ def api_benchmarks_compare(request):
         baseline = int(request.GET["baseline"]) if request.GET.get("baseline", "").isdigit() else None
         data = svc.compare_runs(runs, baseline, _bandwidth(request))
     except svc.BenchmarkInputError as exc:
-        return _error(exc.code, str(exc), 404 if exc.code == "not_found" else 400)
+        return json_error(exc.code, str(exc), 404 if exc.code == "not_found" else 400)
     return JsonResponse(data)

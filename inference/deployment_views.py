@@ -1,13 +1,12 @@
 """Deployment pages and the /api/deployments/, /api/runtimes/ JSON API. Thin:
 forms validate, inference.deployments writes, deployment_selectors reads."""
-import json
-
 from django.conf import settings
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard.api import json_body, json_error
 from dashboard.roles import is_operator, operator_required
 from inference import deployment_selectors as sel
 from inference import deployments as svc
@@ -18,20 +17,7 @@ from inference.preflight_service import estimate_vs_actual
 
 
 def _error(code, message, status=400, problems=None):
-    body = {"error": {"code": code, "message": message}}
-    if problems:
-        body["error"]["fields"] = problems
-    return JsonResponse(body, status=status)
-
-
-def _body(request):
-    if request.content_type == "application/json":
-        try:
-            data = json.loads(request.body or b"{}")
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-    return request.POST
+    return json_error(code, message, status, **({"fields": problems} if problems else {}))
 
 
 # --------------------------------------------------------------------------- pages
@@ -214,7 +200,7 @@ def api_deployments(request):
         return JsonResponse({"deployments": [sel.deployment_dict(d) for d in sel.deployment_list()[:200]]})
     if not is_operator(request.user):
         return operator_required(lambda r: None)(request)
-    data = _body(request)
+    data = json_body(request)
     if data is None:
         return _error("bad_json", "The body must be a JSON object such as {\"preset\": \"gemma3-270m-demo-cpu\"}.")
     try:
@@ -280,7 +266,7 @@ def api_runtimes(request):
         return JsonResponse({"runtimes": [sel.runtime_dict(r) for r in sel.runtime_list()]})
     if not is_operator(request.user):
         return operator_required(lambda r: None)(request)
-    data = _body(request)
+    data = json_body(request)
     if data is None:
         return _error("bad_json", "The body must be a JSON object.")
     missing = [k for k in ("name", "engine", "kind") if not data.get(k)]

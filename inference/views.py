@@ -1,5 +1,4 @@
 """Pages and JSON API of the model library. Thin: the work is in services."""
-import json
 import shutil
 
 from django.conf import settings
@@ -7,38 +6,25 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from dashboard.api import json_body, json_error
 from dashboard.roles import operator_required
 from inference import selectors, services
 from inference.downloader import DownloadError, NotEnoughDiskSpace
 from inference.hubs.base import HubError
 
 
-def _error(code, message, status=400, **extra):
-    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
-
-
-def _body(request):
-    if request.content_type == "application/json":
-        try:
-            data = json.loads(request.body or b"{}")
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-    return request.POST.dict()
-
-
 def _refusal(exc):
     """A refused request as the JSON error the form shows under itself."""
     if isinstance(exc, NotEnoughDiskSpace):
         c = exc.check
-        return _error("not_enough_disk", str(exc), space={"total": c.total, "already_on_disk": c.already_on_disk,
+        return json_error("not_enough_disk", str(exc), space={"total": c.total, "already_on_disk": c.already_on_disk,
                                                           "still_needed": c.still_needed, "free": c.free,
                                                           "reserve": c.reserve})
     if isinstance(exc, HubError):
-        return _error(exc.code or "hub_error", exc.message, hub_status=exc.status)
+        return json_error(exc.code or "hub_error", exc.message, hub_status=exc.status)
     if isinstance(exc, services.LibraryError):
-        return _error(exc.code, exc.message, status=409 if exc.code in ("busy", "conflict", "duplicate") else 400)
-    return _error("download_error", str(exc))
+        return json_error(exc.code, exc.message, status=409 if exc.code in ("busy", "conflict", "duplicate") else 400)
+    return json_error("download_error", str(exc))
 
 
 REFUSALS = (HubError, DownloadError, services.LibraryError)
@@ -104,12 +90,12 @@ def api_models(request):
 
 @operator_required
 def _start(request):
-    data = _body(request)
+    data = json_body(request)
     if data is None:
-        return _error("bad_json", "Send a JSON object with hub, repo_id, revision, include, exclude.")
+        return json_error("bad_json", "Send a JSON object with hub, repo_id, revision, include, exclude.")
     args = _hub_args(data)
     if not args["repo_id"]:
-        return _error("repo_id_required", "Paste a model id such as Qwen/Qwen3-8B.")
+        return json_error("repo_id_required", "Paste a model id such as Qwen/Qwen3-8B.")
     try:
         artifact = services.model_download_start(user=request.user, **args)
     except REFUSALS as exc:
@@ -120,12 +106,12 @@ def _start(request):
 @require_POST
 @operator_required
 def api_model_preview(request):
-    data = _body(request)
+    data = json_body(request)
     if data is None:
-        return _error("bad_json", "Send a JSON object with hub, repo_id, revision, include, exclude.")
+        return json_error("bad_json", "Send a JSON object with hub, repo_id, revision, include, exclude.")
     args = _hub_args(data)
     if not args["repo_id"]:
-        return _error("repo_id_required", "Paste a model id such as Qwen/Qwen3-8B.")
+        return json_error("repo_id_required", "Paste a model id such as Qwen/Qwen3-8B.")
     try:
         preview = services.model_download_preview(**args)
     except REFUSALS as exc:
@@ -136,9 +122,9 @@ def api_model_preview(request):
 @require_POST
 @operator_required
 def api_model_import(request):
-    data = _body(request)
+    data = json_body(request)
     if data is None:
-        return _error("bad_json", "Send a JSON object with path (and optionally name).")
+        return json_error("bad_json", "Send a JSON object with path (and optionally name).")
     try:
         artifact = services.model_import_local(user=request.user, path=data.get("path", ""), name=data.get("name", ""))
     except REFUSALS as exc:
@@ -176,10 +162,10 @@ def api_model_action(request, artifact_id, action):
     if action == "delete":
         return _delete(request, artifact_id)
     if action not in ACTIONS:
-        return _error("not_found", f"No action {action!r}: use cancel, resume, reverify or delete.", status=404)
+        return json_error("not_found", f"No action {action!r}: use cancel, resume, reverify or delete.", status=404)
     artifact = _get(artifact_id)
     try:
-        artifact = ACTIONS[action](artifact, _body(request))
+        artifact = ACTIONS[action](artifact, json_body(request))
     except REFUSALS as exc:
         return _refusal(exc)
     return JsonResponse({"model": artifact.as_dict()}, status=202)
