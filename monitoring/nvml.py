@@ -12,10 +12,12 @@ Rules this module keeps:
   change while the driver is loaded. Any other NVML error also gives ``None``
   for that sample and is counted, never raised.
 * A sample must stay cheap (DESIGN.md: ~77 us for 9 calls on an H200, against
-  ~29 ms for one ``nvidia-smi``). Static facts (name, max clocks, max PCIe
-  link) are read once; error counters, limits, energy and PCIe throughput
+  ~23 ms for one ``nvidia-smi``). Static facts (name, max clocks, max PCIe
+  link) are read once; error counters, limits, PCIe width and throughput
   (rare changes or dear calls: see SLOW_FIELDS) are re-read every
-  ``slow_interval_s`` and reused in between.
+  ``slow_interval_s`` and reused in between. The energy counter costs ~4.3 ms
+  of CPU per read on an H200 (the driver spins), so it is read every
+  ``energy_interval_s`` and integrated from the power readings in between.
 * Tests inject a fake module: ``Nvml(lib=fake_pynvml)``.
 """
 
@@ -145,14 +147,17 @@ class _GpuState:
         self.slow: dict[str, Any] = {}
         self.slow_read_at: float | None = None
         self.pcie_counters: tuple[float, int, int] | None = None  # (time, tx, rx)
+        self.energy_j: float | None = None       # counter reading + power integrated since
+        self.energy_read_at: float | None = None
+        self.last_power: tuple[float, float] | None = None  # (time, watts)
         self.info: GpuInfo | None = None
 
 
-# Fields refreshed only every slow_interval_s: limits and error counters change
-# rarely, and energy and PCIe throughput are dear calls (measured on an H200:
-# energy 3.2 ms, PCIe byte counters 0.6 ms, against ~80 us for the rest).
+# Fields refreshed only every slow_interval_s: limits, error counters and link
+# width change rarely, and PCIe throughput is a dear call (measured on an H200:
+# PCIe byte counters ~0.5 ms, link width 25-35 us, against ~50 us for the rest).
 SLOW_FIELDS = frozenset((
-    "energy_j",
+    "pcie_width",
     "pcie_tx_bytes_per_s",
     "pcie_rx_bytes_per_s",
     "power_limit_w",
@@ -178,13 +183,14 @@ class Nvml:
     ...     samples = nvml.sample_all()
     """
 
-    def __init__(self, lib: Any = None, *, slow_interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
-        if slow_interval_s < MIN_SLOW_INTERVAL_S:
-            raise ValueError(
-                f"slow_interval_s={slow_interval_s} is too short: use at least {MIN_SLOW_INTERVAL_S} s")
+    def __init__(self, lib: Any = None, *, slow_interval_s: float = 10.0,
+                 energy_interval_s: float = 120.0, clock: Callable[[], float] = time.monotonic):
+        for name, value in (("slow_interval_s", slow_interval_s), ("energy_interval_s", energy_interval_s)):
+            if value < MIN_SLOW_INTERVAL_S:
+                raise ValueError(f"{name}={value} is too short: use at least {MIN_SLOW_INTERVAL_S} s")
         self._lib = lib
         self.slow_interval_s = slow_interval_s
+        self.energy_interval_s = energy_interval_s
         self._clock = clock
         self.status = NvmlStatus(ok=False, message="NVML not initialised yet: call init()")
         self._gpus: list[_GpuState] = []
@@ -370,13 +376,13 @@ class Nvml:
             "slowed_down": bool(reasons & SLOWDOWN_BITS) if reasons is not None else None,
             "pcie_gen": read(gpu, "pcie_gen", lambda: lib.nvmlDeviceGetCurrPcieLinkGeneration(h)),
             "pcie_gen_max": info.pcie_gen_max,
-            "pcie_width": read(gpu, "pcie_width", lambda: lib.nvmlDeviceGetCurrPcieLinkWidth(h)),
             "pcie_width_max": info.pcie_width_max,
             "performance_state": read(gpu, "performance_state", lambda: lib.nvmlDeviceGetPerformanceState(h)),
             "processes": self._processes(gpu),
         }
-        sample["pcie_downgraded"] = _pcie_downgraded(sample)
         sample.update(self._slow_fields(gpu, now))
+        sample["pcie_downgraded"] = _pcie_downgraded(sample)
+        sample["energy_j"] = self._energy(gpu, sample["power_w"], now)
         sample["unsupported"] = sorted(gpu.unsupported | set(info.unsupported))
         return sample
 
@@ -450,6 +456,7 @@ class Nvml:
         pending = read(gpu, "retired_pages_pending", lambda: lib.nvmlDeviceGetRetiredPagesPendingStatus(h))
         rows = read(gpu, "remapped_rows", lambda: lib.nvmlDeviceGetRemappedRows(h))
         slow = {
+            "pcie_width": read(gpu, "pcie_width", lambda: lib.nvmlDeviceGetCurrPcieLinkWidth(h)),
             "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
             "fan_pct": read(gpu, "fan_pct", lambda: lib.nvmlDeviceGetFanSpeed(h)),
             "ecc_corrected_volatile": read(gpu, "ecc_corrected_volatile",
@@ -466,12 +473,34 @@ class Nvml:
             "remapped_rows_pending": bool(rows[2]) if rows is not None else None,
             "remapped_rows_failure": bool(rows[3]) if rows is not None else None,
         }
-        # Energy is a lifetime counter, yet reading it cost 3.2 ms on an H200
-        # (40x the rest of a sample together): read it with the slow fields.
-        energy_mj = read(gpu, "energy_j", lambda: lib.nvmlDeviceGetTotalEnergyConsumption(h))
-        slow["energy_j"] = energy_mj / 1000.0 if energy_mj is not None else None
         slow.update(self._pcie_throughput(gpu, now))
         return slow
+
+    def _energy(self, gpu: _GpuState, power_w: float | None, now: float) -> float | None:
+        """Lifetime energy in joules: the driver's counter, integrated from power in between.
+
+        nvmlDeviceGetTotalEnergyConsumption cost 4.3 ms of CPU per call on an
+        H200 (80x the rest of a sample together), so the counter is read every
+        energy_interval_s and the power readings (trapezoids over the sample
+        interval) carry the figure between reads; each read puts it back on
+        the counter, so the drift never outlives one interval.
+        """
+        due = gpu.energy_read_at is None or now - gpu.energy_read_at >= self.energy_interval_s
+        if due and "energy_j" not in gpu.unsupported:
+            lib, h = self._lib, gpu.handle
+            energy_mj = self._read(gpu, "energy_j", lambda: lib.nvmlDeviceGetTotalEnergyConsumption(h))
+            if energy_mj is not None:
+                gpu.energy_j, gpu.energy_read_at = energy_mj / 1000.0, now
+                gpu.last_power = (now, power_w) if power_w is not None else None
+                return gpu.energy_j
+        if gpu.energy_j is None:
+            return None
+        if power_w is not None:
+            if gpu.last_power is not None and now > gpu.last_power[0]:
+                t0, p0 = gpu.last_power
+                gpu.energy_j += (p0 + power_w) / 2.0 * (now - t0)
+            gpu.last_power = (now, power_w)
+        return gpu.energy_j
 
     # ------------------------------------------------------------- Xid events
 
