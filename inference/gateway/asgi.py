@@ -11,6 +11,9 @@ go to this handler: same URLconf, same views, no middleware chain. Served
 through the normal stack (runserver, tests with Django's client) the same
 views work unchanged.
 
+API calls with a key skip even that handler: inference/gateway/fast.py
+answers them from ASGI messages with the same checks and relay code.
+
 GatewayHandler also skips Django's per-request thread hand-offs (see its
 docstring). The views themselves keep sync work off the request path: the key and the
 rate-limit counter are one Redis round trip, the routing table is cached
@@ -21,7 +24,7 @@ import asyncio
 
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.exceptions import RequestAborted
-from django.urls import set_script_prefix
+from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
 
 PREFIX = "/v1/"
@@ -39,7 +42,14 @@ class GatewayHandler(ASGIHandler):
     their connections themselves. Everything else is Django's: reading the
     body, the request object, URL resolution, the view, sending (streaming)
     responses, and cancelling the view when the client disconnects.
+
+    The few /v1/ paths are also looked up in a dict instead of walking the
+    whole URLconf (measured with py-spy: URL resolution was 14% of the
+    gateway's CPU per request); their ResolverMatch is Django's own, resolved
+    once on first use.
     """
+
+    _routes: dict | None = None
 
     async def __call__(self, scope, receive, send):
         await self.handle(scope, receive, send)
@@ -79,6 +89,29 @@ class GatewayHandler(ASGIHandler):
                     pass
         body_file.close()
 
+    def resolve_request(self, request):
+        if self._routes is None:
+            self._routes = self._gateway_routes()
+        match = self._routes.get(request.path_info)
+        if match is None:
+            return super().resolve_request(request)
+        request.resolver_match = match
+        return match.func, match.args, match.kwargs
+
+    @staticmethod
+    def _gateway_routes() -> dict:
+        from inference.gateway.urls import urlpatterns
+
+        routes = {}
+        for pattern in urlpatterns:
+            path = "/" + str(pattern.pattern)
+            if path.startswith(PREFIX) and "<" not in path:
+                try:
+                    routes[path] = get_resolver().resolve(path)
+                except Resolver404:  # not mounted at the root of the URLconf: resolve per request
+                    pass
+        return routes
+
     def load_middleware(self, is_async=False):
         self._view_middleware = []
         self._template_response_middleware = []
@@ -92,6 +125,11 @@ def with_gateway(django_app):
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            from inference.gateway import fast
+
+            secret = fast.takes(scope)
+            if secret is not None:
+                return await fast.handle(scope, receive, send, secret)
             return await gateway(scope, receive, send)
         return await django_app(scope, receive, send)
 

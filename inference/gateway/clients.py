@@ -1,4 +1,5 @@
-"""Per-event-loop shared clients: one Redis connection pool and one aiohttp
+"""Per-event-loop shared clients: one Redis connection pool, the lean Redis
+connection for the per-request auth script (resp.py), and one aiohttp
 connection pool to the engines for the whole web process (a uvicorn worker
 runs one loop). Created on first use; a new loop (tests) gets new ones."""
 
@@ -10,6 +11,8 @@ import aiohttp
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from inference.gateway.resp import Lean
+
 # llama-server (cpp-httplib) drops idle keep-alive connections after 5 s;
 # closing ours first avoids most "server disconnected" on reuse (the proxy
 # also retries once when that happens before any response byte).
@@ -19,6 +22,7 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0
 
 _by_loop: dict[int, tuple[asyncio.AbstractEventLoop, aioredis.Redis | None, aiohttp.ClientSession | None]] = {}
+_lean: dict[int, tuple[asyncio.AbstractEventLoop, Lean | None]] = {}
 
 
 def _slot(loop):
@@ -49,3 +53,12 @@ def upstream() -> aiohttp.ClientSession:
         )
         _by_loop[id(loop)] = (loop, client, session)
     return session
+
+
+def lean() -> Lean | None:
+    """The lean Redis connection of this loop; None where REDIS_URL is not a plain redis:// URL."""
+    loop = asyncio.get_running_loop()
+    entry = _lean.get(id(loop))
+    if entry is None or entry[0] is not loop:
+        entry = _lean[id(loop)] = (loop, Lean.for_url(settings.REDIS_URL))
+    return entry[1]

@@ -3,6 +3,10 @@
 Authentication runs on every gateway request, so it reads a Redis copy of the
 key's row (kiln:gw:key:<sha256>, 60 s), filled from the database on a miss;
 revoking deletes that copy, so the next request anywhere sees the revocation.
+
+`vouched` lets the gateway overlap that Redis round trip with opening the
+engine's request, for keys this process has just seen valid and under their
+limit (see views._proxy). Redis still decides every request.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inference.gateway import ratelimit
+from inference.gateway.resp import Script
 from inference.models import ApiKey
 
 KEY_PREFIX = "kiln-"
@@ -26,6 +31,20 @@ CACHE_TTL_S = 60
 
 class KeyFormError(ValueError):
     pass
+
+
+@dataclass
+class _Seen:
+    info: "KeyInfo"
+    window: int  # the rate-limit window of `count`
+    count: int  # the key's requests in that window, as of this process's last check
+    at: float
+
+
+# Per process, by hashed key: what the last Redis check said.
+_seen: dict[str, _Seen] = {}
+SEEN_MAX = 10_000
+VOUCH_FOR_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,7 @@ def key_revoke(*, key: ApiKey, by) -> bool:
     """Revoke `key` (False if it already was). The Redis copy goes at commit."""
     updated = ApiKey.objects.filter(pk=key.pk, revoked__isnull=True).update(revoked=timezone.now(), revoked_by=by)
     hashed = key.hashed_key
+    _seen.pop(hashed, None)
     transaction.on_commit(lambda: forget(hashed))
     return bool(updated)
 
@@ -116,24 +136,31 @@ end
 return {info, 0}
 """
 _script = {}
+_AUTH = Script(_AUTH_SCRIPT)
 
 
 async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None, int | None]:
     """The active key for `secret` (None: unknown, revoked, or its user
     disabled) and, if it is over its rate limit, the seconds to wait."""
-    from inference.gateway.clients import redis
+    from inference.gateway.clients import lean, redis
 
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
         return None, None
     hashed = hash_key(secret)
     now = time.time()
     counter = ratelimit.counter_name(hashed, now)
-    client = redis()
-    script = _script.get(id(client))
-    if script is None:
-        script = _script[id(client)] = client.register_script(_AUTH_SCRIPT)
-    raw, n = await script(keys=[cache_key(hashed), counter], args=["1" if count else "0", ratelimit.WINDOW_S * 2])
+    keys_, args = [cache_key(hashed), counter], ["1" if count else "0", ratelimit.WINDOW_S * 2]
+    fast = lean()
+    if fast is not None:
+        raw, n = await fast.evalsha(_AUTH, keys_, args)
+    else:
+        client = redis()
+        script = _script.get(id(client))
+        if script is None:
+            script = _script[id(client)] = client.register_script(_AUTH_SCRIPT)
+        raw, n = await script(keys=keys_, args=args)
     if raw is None:  # not cached: read the database, cache, count
+        client = redis()
         data = await sync_to_async(_load, thread_sensitive=False)(hashed)
         pipe = client.pipeline(transaction=False)
         pipe.set(cache_key(hashed), json.dumps(data), ex=CACHE_TTL_S)
@@ -144,6 +171,32 @@ async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None,
     else:
         data = json.loads(raw)
     if not data.get("active"):
+        _seen.pop(hashed, None)
         return None, None
     info = KeyInfo(data["id"], data["user_id"], tuple(data["allowed"]), int(data["limit"]))
+    if count:
+        if len(_seen) >= SEEN_MAX:
+            _seen.clear()
+        _seen[hashed] = _Seen(info, ratelimit.window(now), n, time.monotonic())
     return info, ratelimit.retry_after(n, info.rate_limit, now) if count else None
+
+
+def vouched(secret: str) -> KeyInfo | None:
+    """The key's info if this process checked it in Redis less than VOUCH_FOR_S
+    ago, found it active, and its next request stays under its rate limit
+    (with one request to spare for other web processes); otherwise None.
+
+    Only a hint: a request with a vouched key may be sent to the engine while
+    `authenticate` runs, and authenticate's answer still decides what the
+    client gets. A key never seen valid (a guessed or mistyped one) is not
+    vouched for, so it cannot reach an engine at all.
+    """
+    if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+        return None
+    seen = _seen.get(hash_key(secret))
+    if seen is None or time.monotonic() - seen.at > VOUCH_FOR_S:
+        return None
+    limit = seen.info.rate_limit
+    if limit and seen.window == ratelimit.window(time.time()) and seen.count + 2 > limit:
+        return None
+    return seen.info

@@ -14,8 +14,12 @@ import math
 WINDOW_S = 60
 
 
+def window(now: float) -> int:
+    return int(now // WINDOW_S)
+
+
 def counter_name(hashed: str, now: float) -> str:
-    return f"kiln:gw:rl:{hashed}:{int(now // WINDOW_S)}"
+    return f"kiln:gw:rl:{hashed}:{window(now)}"
 
 
 def retry_after(count: int, limit: int, now: float) -> int | None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
+import logging
 import time
-
+from dataclasses import dataclass
 from importlib import import_module
 
 import aiohttp
+import redis.exceptions
 from django.conf import settings
 from django.contrib.auth import aget_user
 from django.contrib import messages
@@ -24,8 +27,11 @@ from dashboard.roles import is_operator
 from inference.gateway import keys, routing, selectors, usage
 from inference.gateway.errors import bad_request, error_response
 from inference.gateway.proxy import Caller, Relay, open_upstream, prepare_body
+from inference.gateway.routing import Upstream
 
 RETRY_AFTER_UNREACHABLE = 5
+RETRY_AFTER_NO_REDIS = 5
+log = logging.getLogger(__name__)
 
 
 def _no_view(request):
@@ -44,21 +50,33 @@ async def _session_user(request):
     return await aget_user(request)
 
 
+async def key_caller(secret: str, count: bool = True) -> tuple[Caller | None, keys.KeyInfo | None,
+                                                                HttpResponse | None]:
+    """Who is calling with this API key, or the error response that refuses it."""
+    try:
+        info, wait = await keys.authenticate(secret, count)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        log.warning("gateway: cannot check API keys, Redis is not answering: %r", exc)
+        return None, None, error_response(
+            503, "The panel cannot check API keys right now (its Redis is not answering); retry shortly.",
+            "server_error", "auth_unavailable", retry_after=RETRY_AFTER_NO_REDIS)
+    if info is None:
+        return None, None, error_response(
+            401, "Incorrect or revoked API key. Create one on the panel's Keys page and send it as "
+                 "'Authorization: Bearer kiln-…'.", "invalid_request_error", "invalid_api_key")
+    if wait is not None:
+        return None, None, error_response(
+            429, f"Rate limit of {info.rate_limit} requests per minute reached for this key; retry in "
+                 f"{wait} s.", "rate_limit_error", "rate_limit_exceeded", retry_after=wait)
+    return Caller(info.id, info.user_id), info, None
+
+
 async def _caller(request, count: bool = True) -> tuple[Caller | None, keys.KeyInfo | None, HttpResponse | None]:
     """Who is calling: an API key (Bearer) or a signed-in user of the panel
     (the playground, which must send the CSRF token like any form)."""
     secret = keys.bearer(request)
     if secret:
-        info, wait = await keys.authenticate(secret, count)
-        if info is None:
-            return None, None, error_response(
-                401, "Incorrect or revoked API key. Create one on the panel's Keys page and send it as "
-                     "'Authorization: Bearer kiln-…'.", "invalid_request_error", "invalid_api_key")
-        if wait is not None:
-            return None, None, error_response(
-                429, f"Rate limit of {info.rate_limit} requests per minute reached for this key; retry in "
-                     f"{wait} s.", "rate_limit_error", "rate_limit_exceeded", retry_after=wait)
-        return Caller(info.id, info.user_id), info, None
+        return await key_caller(secret, count)
     user = await _session_user(request)
     if user is not None and user.is_authenticated:
         csrf = CsrfViewMiddleware(_no_view)
@@ -74,73 +92,194 @@ async def _caller(request, count: bool = True) -> tuple[Caller | None, keys.KeyI
 
 
 async def _proxy(request, path: str, streams: bool = True):
+    """The Django view side of proxy(): session callers (the playground) and
+    anything the raw ASGI path (inference/gateway/fast.py) does not take."""
     if request.method != "POST":
         return error_response(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
-    caller, info, refused = await _caller(request)
-    if refused:
-        return refused
+    secret = keys.bearer(request)
+    caller = None
+    if not secret:
+        caller, _, refused = await _caller(request)
+        if refused:
+            return refused
+    result = await proxy(path, request.body, streams, secret=secret, caller=caller)
+    if not isinstance(result, Upstreamed):
+        return result  # an error response
+    if result.streaming:
+        return StreamingHttpResponse(result.relay(), content_type=result.content_type, headers=result.headers())
+    status, raw = await result.read()
+    if status is None:
+        return raw  # the engine broke off: an error response
+    return HttpResponse(raw, status=status, content_type=result.content_type, headers=result.headers())
+
+
+async def proxy(path: str, raw_body: bytes, streams: bool, *, secret: str | None = None,
+                caller: Caller | None = None) -> "Upstreamed | HttpResponse":
+    """Check one API call (key, body, model), route it and open the engine's request.
+
+    Either `secret` (an API key) or `caller` (already authenticated) is given.
+    Returns the engine's response, ready to relay, or an error response.
+
+    A key this process has just seen valid and under its limit is "vouched"
+    (keys.vouched): its Redis check (the verdict) then runs while the engine's
+    request is opened instead of before it. The verdict still decides: a
+    refused request is dropped upstream before the client gets a byte of it.
+    Any other key is checked first.
+    """
+    info = verdict = None
+    if secret is not None:
+        info = keys.vouched(secret)
+        if info is None:
+            caller, info, refused = await key_caller(secret)
+            if refused:
+                return refused
+        else:
+            verdict = asyncio.ensure_future(key_caller(secret))
+    opening = None
     try:
-        body = json.loads(request.body or b"{}")
+        checked = await _checked_request(path, raw_body, streams, info, verdict)
+        if not isinstance(checked, tuple):
+            return checked  # an error response
+        opening, model, stream, strip = checked
+        if verdict is not None:
+            caller, info, refused = await verdict
+            if refused is None and not info.allows(model):
+                refused = _not_allowed(info, model)
+            if refused is not None:
+                return refused
+        response, target = await opening
+        opening = None
+    finally:
+        if verdict is not None and not verdict.done():
+            verdict.cancel()
+        if opening is not None:  # refused or cancelled: drop the engine's request
+            await _abandon(opening)
+    if response is None:
+        return error_response(503, f"The deployment(s) serving {model!r} are marked ready but do not answer; "
+                                   f"retry in {RETRY_AFTER_UNREACHABLE} s.", "server_error",
+                              "deployment_unreachable", retry_after=RETRY_AFTER_UNREACHABLE)
+    return Upstreamed(response, target, model, caller, stream, strip)
+
+
+def _not_allowed(info: keys.KeyInfo, model: str) -> HttpResponse:
+    return error_response(403, f"This key may not use {model!r}; it is limited to "
+                               f"{', '.join(info.allowed_models)}.", "invalid_request_error",
+                          "model_not_allowed", param="model")
+
+
+async def _checked_request(path, raw_body, streams, info, verdict):
+    """Check the body and route it; start opening the engine's request.
+
+    Returns an error response, or (opening task, model, stream, strip). With a
+    verdict pending, an error waits for it: a refused key gets 401/429, not a
+    hint about the body or the models.
+    """
+    async def refuse(response):
+        if verdict is not None:
+            _, _, refused = await verdict
+            return refused or response
+        return response
+
+    try:
+        body = json.loads(raw_body or b"{}")
     except ValueError:
-        return bad_request("The request body is not valid JSON.")
+        return await refuse(bad_request("The request body is not valid JSON."))
     if not isinstance(body, dict):
-        return bad_request("The request body must be a JSON object.")
+        return await refuse(bad_request("The request body must be a JSON object."))
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        return bad_request("Name the model: the 'model' field is required (GET /v1/models lists them).", "model")
+        return await refuse(bad_request(
+            "Name the model: the 'model' field is required (GET /v1/models lists them).", "model"))
     if info is not None and not info.allows(model):
-        return error_response(403, f"This key may not use {model!r}; it is limited to "
-                                   f"{', '.join(info.allowed_models)}.", "invalid_request_error",
-                              "model_not_allowed", param="model")
+        return await refuse(_not_allowed(info, model))
     route = await routing.route(model)
     if not route.upstreams:
         if not route.statuses:
             known = await routing.served_models()
             listed = ", ".join(known) if known else "none is ready"
-            return error_response(404, f"The model {model!r} does not exist on this panel (ready models: "
-                                       f"{listed}).", "invalid_request_error", "model_not_found", param="model")
+            return await refuse(error_response(
+                404, f"The model {model!r} does not exist on this panel (ready models: {listed}).",
+                "invalid_request_error", "model_not_found", param="model"))
         wait = routing.retry_after(route.statuses)
-        return error_response(503, f"No deployment of {model!r} is ready (now: {', '.join(sorted(set(route.statuses)))}"
-                                   f"); retry in {wait} s.", "server_error", "deployment_not_ready",
-                              retry_after=wait)
+        return await refuse(error_response(
+            503, f"No deployment of {model!r} is ready (now: {', '.join(sorted(set(route.statuses)))}); retry in "
+                 f"{wait} s.", "server_error", "deployment_not_ready", retry_after=wait))
     stream = streams and bool(body.get("stream"))
     payload, strip = prepare_body(body) if stream else (json.dumps(body).encode(), False)
-    response = target = None
-    for target in route.upstreams:
+    opening = asyncio.ensure_future(_open_first(route.upstreams, path, payload, stream))
+    return opening, model, stream, strip
+
+
+async def _open_first(upstreams, path: str, payload: bytes, stream: bool):
+    """The engine's response from the first replica that answers, or (None, None)."""
+    for target in upstreams:
         try:
-            response = await open_upstream(target, path, payload, stream)
-            break
+            return await open_upstream(target, path, payload, stream), target
         except (aiohttp.ClientConnectionError, OSError, TimeoutError):
             continue  # the next replica, if any
-    if response is None:
-        return error_response(503, f"The deployment(s) serving {model!r} are marked ready but do not answer; "
-                                   f"retry in {RETRY_AFTER_UNREACHABLE} s.", "server_error",
-                              "deployment_unreachable", retry_after=RETRY_AFTER_UNREACHABLE)
-    headers = {"X-Kiln-Deployment": str(target.deployment_id)}
-    content_type = response.headers.get("Content-Type", "application/json")
-    if stream and response.status == 200:
-        headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return StreamingHttpResponse(Relay(response, target, model, caller, strip), content_type=content_type,
-                                     headers=headers)
-    try:
-        raw = await response.read()
-    except (aiohttp.ClientError, TimeoutError):
-        usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=target.deployment_id,
-                     model=model, error=True)
-        return error_response(502, f"The engine serving {model!r} stopped answering; retry.", "server_error",
-                              "upstream_disconnected")
-    finally:
-        response.close()
-    prompt = completion = 0
-    if response.status == 200:
+    return None, None
+
+
+async def _abandon(opening: asyncio.Future) -> None:
+    """Cancel an engine request nobody will read; close its response if it came."""
+    opening.cancel()
+    await asyncio.wait([opening])
+    if not opening.cancelled() and opening.exception() is None:
+        response, _ = opening.result()
+        if response is not None:
+            response.close()
+
+
+@dataclass
+class Upstreamed:
+    """An engine's response to relay: streamed event by event, or read whole."""
+
+    response: aiohttp.ClientResponse
+    target: Upstream
+    model: str
+    caller: Caller
+    stream: bool
+    strip: bool
+
+    @property
+    def streaming(self) -> bool:
+        return self.stream and self.response.status == 200
+
+    @property
+    def content_type(self) -> str:
+        return self.response.headers.get("Content-Type", "application/json")
+
+    def headers(self) -> dict:
+        headers = {"X-Kiln-Deployment": str(self.target.deployment_id)}
+        if self.streaming:
+            headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return headers
+
+    def relay(self) -> Relay:
+        return Relay(self.response, self.target, self.model, self.caller, self.strip)
+
+    async def read(self) -> tuple[int | None, "bytes | HttpResponse"]:
+        """(status, body) of a whole answer, usage recorded; (None, error response) if the engine broke off."""
+        response, caller, model = self.response, self.caller, self.model
         try:
-            u = json.loads(raw).get("usage") or {}
-            prompt, completion = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-        except (ValueError, AttributeError, TypeError):
-            pass
-    usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=target.deployment_id, model=model,
-                 prompt_tokens=prompt, completion_tokens=completion, error=response.status >= 400)
-    return HttpResponse(raw, status=response.status, content_type=content_type, headers=headers)
+            raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError):
+            usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=self.target.deployment_id,
+                         model=model, error=True)
+            return None, error_response(502, f"The engine serving {model!r} stopped answering; retry.",
+                                        "server_error", "upstream_disconnected")
+        finally:
+            response.close()
+        prompt = completion = 0
+        if response.status == 200:
+            try:
+                u = json.loads(raw).get("usage") or {}
+                prompt, completion = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+            except (ValueError, AttributeError, TypeError):
+                pass
+        usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=self.target.deployment_id,
+                     model=model, prompt_tokens=prompt, completion_tokens=completion, error=response.status >= 400)
+        return response.status, raw
 
 
 @login_not_required

@@ -239,6 +239,42 @@ def test_rate_limit_and_allowed_models_per_key(asgi_server, operator):
             client(asgi_server, limited).chat.completions.create(**CHAT)
 
 
+def test_a_key_this_process_vouches_for_is_still_checked_in_redis(asgi_server, operator):
+    # After one good request the web process "vouches" for the key and opens
+    # the engine's request while Redis checks it. Revoked here (another
+    # process, as from the Keys page), the key must still get 401, and the
+    # engine's request opened for it must be dropped and not counted.
+    row, secret = keys.key_create(user=operator, name="soon revoked", rate_limit=0)
+    with running_stub(StubScript(tokens=4, first_delay=0.3)) as stub:
+        dep = deployment("stub", stub.port, model="stub-model")
+        assert post(asgi_server, secret, dict(CHAT, stream=True)).status_code == 200
+        keys.key_revoke(key=row, by=operator)
+        r = post(asgi_server, secret, dict(CHAT, stream=True))
+        assert r.status_code == 401 and "revoked" in r.json()["error"]["message"]
+        reached = len(stub.requests)
+        assert reached in (1, 2)  # the refused one may have been opened upstream, then dropped
+        # Now not vouched for: checked first, nothing reaches the engine; a
+        # bad body still answers 401, not a hint about the body.
+        r = httpx.post(asgi_server + "/v1/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                       content=b"{not json")
+        assert r.status_code == 401
+        assert post(asgi_server, secret, CHAT).status_code == 401
+        assert len(stub.requests) == reached
+        time.sleep(1.5)  # usage is written about once a second
+        assert sum(r["requests"] for r in usage_rows(deployment_id=dep.pk)) == 1
+
+
+def test_a_vouched_key_with_a_bad_body_gets_the_body_error(asgi_server, key):
+    with running_stub() as stub:
+        deployment("stub", stub.port, model="stub-model")
+        assert post(asgi_server, key, CHAT).status_code == 200
+        r = httpx.post(asgi_server + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                       content=b"[1, 2]")
+        assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
+        assert post(asgi_server, key, dict(CHAT, model="nope")).status_code == 404
+        assert len(stub.requests) == 1
+
+
 def test_round_robin_across_two_ready_replicas(asgi_server, key):
     with running_stub() as a, running_stub() as b:
         da, db_ = deployment("replica a", a.port, model="stub-model"), deployment("replica b", b.port,
