@@ -108,23 +108,24 @@ async def _relay(result, receive, send) -> None:
     the relay, which closes the engine's request and counts it as broken."""
     await send({"type": "http.response.start", "status": 200,
                 "headers": _headers(result.headers(), result.content_type)})
+    relaying = asyncio.current_task()
+    gone = False
 
-    async def pump():
+    async def watch():
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        relaying.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
         async for chunk in result.relay():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
-
-    async def disconnected():
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    relay, watch = asyncio.ensure_future(pump()), asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait((relay, watch), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        relaying.uncancel()  # the client left: the relay is over, nothing failed here
     finally:
-        for task in (relay, watch):
-            if not task.done():
-                task.cancel()
-        await asyncio.wait((relay, watch))
-    if not relay.cancelled() and relay.exception() is not None:
-        raise relay.exception()
+        watcher.cancel()

@@ -139,14 +139,16 @@ _script = {}
 _AUTH = Script(_AUTH_SCRIPT)
 
 
-async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None, int | None]:
+async def authenticate(secret: str, count: bool = True, hashed: str | None = None
+                       ) -> tuple[KeyInfo | None, int | None]:
     """The active key for `secret` (None: unknown, revoked, or its user
-    disabled) and, if it is over its rate limit, the seconds to wait."""
+    disabled) and, if it is over its rate limit, the seconds to wait.
+    `hashed` is hash_key(secret), where the caller has it already."""
     from inference.gateway.clients import lean, redis
 
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
         return None, None
-    hashed = hash_key(secret)
+    hashed = hashed or hash_key(secret)
     now = time.time()
     counter = ratelimit.counter_name(hashed, now)
     keys_, args = [cache_key(hashed), counter], ["1" if count else "0", ratelimit.WINDOW_S * 2]
@@ -181,7 +183,7 @@ async def authenticate(secret: str, count: bool = True) -> tuple[KeyInfo | None,
     return info, ratelimit.retry_after(n, info.rate_limit, now) if count else None
 
 
-def vouched(secret: str) -> KeyInfo | None:
+def vouched(secret: str, hashed: str | None = None) -> KeyInfo | None:
     """The key's info if this process checked it in Redis less than VOUCH_FOR_S
     ago, found it active, and its next request stays under its rate limit
     (with one request to spare for other web processes); otherwise None.
@@ -193,7 +195,7 @@ def vouched(secret: str) -> KeyInfo | None:
     """
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
         return None
-    seen = _seen.get(hash_key(secret))
+    seen = _seen.get(hashed or hash_key(secret))
     if seen is None or time.monotonic() - seen.at > VOUCH_FOR_S:
         return None
     limit = seen.info.rate_limit

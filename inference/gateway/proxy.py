@@ -15,11 +15,13 @@ engine sent it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
 
 import aiohttp
+import yarl
 
 from inference.gateway import errors, usage
 from inference.gateway.clients import upstream
@@ -51,15 +53,30 @@ class Usage:
             self.seen = True
 
 
-def prepare_body(body: dict) -> tuple[bytes, bool]:
+def prepare_body(body: dict, raw: bytes | None = None) -> tuple[bytes, bool]:
     """The body for the engine, and whether the usage chunk must be removed
-    from the client's stream (the gateway asked for it, the client did not)."""
+    from the client's stream (the gateway asked for it, the client did not).
+
+    With the client's own bytes (`raw`, already parsed into `body`), they go
+    to the engine as they are, or with ``stream_options`` appended before the
+    closing brace: no second JSON encoding of a long prompt per request.
+    """
     strip = False
     if body.get("stream"):
         options = body.get("stream_options")
         if not isinstance(options, dict) or not options.get("include_usage"):
-            body = dict(body, stream_options=dict(options or {}, include_usage=True))
             strip = True
+            if options is None and "stream_options" not in body and raw is not None:
+                head = raw.rstrip()
+                if raw.lstrip()[:1] == b"{" and head.endswith(b"}"):  # UTF-8 (or ASCII) JSON object
+                    head = head[:-1].rstrip()
+                    sep = b"" if head.endswith(b"{") else b","
+                    return head + sep + b'"stream_options":{"include_usage":true}}', strip
+            body = dict(body, stream_options=dict(options or {}, include_usage=True))
+        elif raw is not None:
+            return raw, strip
+    elif raw is not None:
+        return raw, strip
     return json.dumps(body, separators=(",", ":")).encode(), strip
 
 
@@ -71,7 +88,7 @@ async def open_upstream(target: Upstream, path: str, payload: bytes, stream: boo
         headers["Accept"] = "text/event-stream"
     if target.api_key:
         headers["Authorization"] = f"Bearer {target.api_key}"
-    url = target.base_url + path
+    url = _url(target.base_url, path)
     for attempt in (1, 2):
         try:
             return await upstream().post(url, data=payload, headers=headers)
@@ -84,6 +101,12 @@ async def open_upstream(target: Upstream, path: str, payload: bytes, stream: boo
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(base_url: str, path: str) -> yarl.URL:
+    """Parsed once per engine and endpoint, not on every request."""
+    return yarl.URL(base_url + path)
 
 
 @dataclass

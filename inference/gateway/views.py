@@ -50,11 +50,11 @@ async def _session_user(request):
     return await aget_user(request)
 
 
-async def key_caller(secret: str, count: bool = True) -> tuple[Caller | None, keys.KeyInfo | None,
-                                                                HttpResponse | None]:
+async def key_caller(secret: str, count: bool = True, hashed: str | None = None
+                     ) -> tuple[Caller | None, keys.KeyInfo | None, HttpResponse | None]:
     """Who is calling with this API key, or the error response that refuses it."""
     try:
-        info, wait = await keys.authenticate(secret, count)
+        info, wait = await keys.authenticate(secret, count, hashed)
     except (redis.exceptions.RedisError, OSError) as exc:
         log.warning("gateway: cannot check API keys, Redis is not answering: %r", exc)
         return None, None, error_response(
@@ -128,13 +128,14 @@ async def proxy(path: str, raw_body: bytes, streams: bool, *, secret: str | None
     """
     info = verdict = None
     if secret is not None:
-        info = keys.vouched(secret)
+        hashed = keys.hash_key(secret)
+        info = keys.vouched(secret, hashed)
         if info is None:
-            caller, info, refused = await key_caller(secret)
+            caller, info, refused = await key_caller(secret, hashed=hashed)
             if refused:
                 return refused
         else:
-            verdict = asyncio.ensure_future(key_caller(secret))
+            verdict = asyncio.ensure_future(key_caller(secret, hashed=hashed))
     opening = None
     try:
         checked = await _checked_request(path, raw_body, streams, info, verdict)
@@ -205,7 +206,7 @@ async def _checked_request(path, raw_body, streams, info, verdict):
             503, f"No deployment of {model!r} is ready (now: {', '.join(sorted(set(route.statuses)))}); retry in "
                  f"{wait} s.", "server_error", "deployment_not_ready", retry_after=wait))
     stream = streams and bool(body.get("stream"))
-    payload, strip = prepare_body(body) if stream else (json.dumps(body).encode(), False)
+    payload, strip = prepare_body(body, raw_body) if stream else (raw_body, False)
     opening = asyncio.ensure_future(_open_first(route.upstreams, path, payload, stream))
     return opening, model, stream, strip
 

@@ -365,3 +365,26 @@ def test_client_going_away_mid_stream_closes_the_engine_request(asgi_server, key
         rows = wait_usage(timeout=2.5, deployment_id=dep.pk)
         assert rows[0]["requests"] == 1 and rows[0]["errors"] == 1
         assert httpx.get(asgi_server + "/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("raw, sent, strip", [
+    # The client's bytes go through untouched, or with stream_options appended.
+    (b'{"model":"m","stream":true}', {"model": "m", "stream": True, "stream_options": {"include_usage": True}}, True),
+    (b' {\n "model" : "m", "stream": true }\n', {"model": "m", "stream": True,
+                                                  "stream_options": {"include_usage": True}}, True),
+    (b'{"model":"m","stream":true,"stream_options":{"include_usage":true}}', None, False),
+    (b'{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true}}',
+     {"model": "m", "stream": True, "stream_options": {"continuous_usage_stats": True, "include_usage": True}}, True),
+    (b'{"model":"m","stream":false}', None, False),
+    ('{"model":"m","stream":true,"prompt":"\u00e9\u4e2d"}'.encode("utf-16"),
+     {"model": "m", "stream": True, "prompt": "\u00e9\u4e2d", "stream_options": {"include_usage": True}}, True),
+])
+def test_the_engine_gets_the_clients_bytes_plus_what_usage_needs(raw, sent, strip):
+    from inference.gateway.proxy import prepare_body
+
+    payload, stripped = prepare_body(json.loads(raw), raw)
+    assert stripped is strip
+    if sent is None:
+        assert payload is raw
+    else:
+        assert json.loads(payload) == sent
