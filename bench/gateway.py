@@ -4,8 +4,9 @@ Starts, on 127.0.0.1 with throw-away state: a redis-server, the SSE stub
 (tests/sse_stub.py, its own process), the panel as production runs it
 (gunicorn + uvicorn worker, one worker, SQLite) with a key and a ready
 deployment pointing at the stub, and, with --llama, the Gemma demo on a real
-llama-server. Then, alternating direct and gateway runs (several rounds, the
-median of the rounds counts, so a noisy neighbour hits both sides):
+llama-server. Then, part by part, alternating direct and gateway runs
+(several rounds, the median of the rounds counts, so a noisy neighbour hits
+both sides):
 
 1. TTFT added: one stream at a time, the stub answers at once, so the
    difference of median TTFT (first chunk with a choice, as vllm bench serve)
@@ -16,7 +17,7 @@ median of the rounds counts, so a noisy neighbour hits both sides):
 3. For information: the same 64 streams with no pacing at all, which only
    measures how many SSE events per second this machine's CPUs can relay.
 
-Run: python bench/gateway.py [--rounds 3] [--llama]
+Run: python bench/gateway.py [--rounds 5] [--parts ttft,paced,flat] [--llama]
 """
 
 from __future__ import annotations
@@ -148,17 +149,18 @@ def main() -> int:
         paced = {s: [] for s in sides}
         flat = {s: [] for s in sides}
         parts = set(args.parts.split(","))
-        for _ in range(args.rounds):
+        # One part after the other; within a part, direct and gateway alternate
+        # round by round, so drift of the host's speed hits both sides.
+        for _ in range(args.rounds if "ttft" in parts else 0):
             for side, (base, key) in sides.items():
-                if "ttft" in parts:
-                    ttft[side].append(run(base, "stub", 1, args.ttft_requests, 8, {}, key))
+                ttft[side].append(run(base, "stub", 1, args.ttft_requests, 8, {}, key))
+        for _ in range(args.rounds if "paced" in parts else 0):
             for side, (base, key) in sides.items():
-                if "paced" in parts:
-                    paced[side].append(run(base, "stub", args.streams, args.streams * 4, args.tokens,
-                                           {"token_delay": args.token_delay, "first_delay": args.token_delay}, key))
+                paced[side].append(run(base, "stub", args.streams, args.streams * 4, args.tokens,
+                                       {"token_delay": args.token_delay, "first_delay": args.token_delay}, key))
+        for _ in range(args.rounds if "flat" in parts else 0):
             for side, (base, key) in sides.items():
-                if "flat" in parts:
-                    flat[side].append(run(base, "stub", args.streams, args.streams * 4, args.tokens, {}, key))
+                flat[side].append(run(base, "stub", args.streams, args.streams * 4, args.tokens, {}, key))
 
         med = statistics.median
         print(f"gateway bench: gunicorn + {args.workers} uvicorn worker(s), SQLite, Redis; stub in its own "
