@@ -14,7 +14,9 @@ worker thread with a progress callback and a `threading.Event` to cancel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import gc
 import json
 import math
 import random
@@ -29,10 +31,11 @@ import httpx
 
 from inference.benchmarks import metrics as metrics_mod
 
-# Chosen by bench/harness.py: at 256 streams aiohttp parsed ~26-30k SSE chunks
-# per CPU-second against httpx's ~3-3.8k (x7.7-8.6), and httpx needed ~2.9 s
-# just to open its first 256 streams (httpx issue #3215).
-DEFAULT_CLIENT = "aiohttp"
+# Chosen by bench/harness.py (figures there): the lean client (lean.py) keeps
+# sends on schedule at 256 paced streams where aiohttp's per-read coroutine
+# wake-ups saturate the event loop; aiohttp beat httpx by ~8x in chunks per
+# CPU-second, and httpx needed ~2.9 s just to open 256 streams (httpx #3215).
+DEFAULT_CLIENT = "lean"
 
 
 class BenchmarkError(Exception):
@@ -96,7 +99,7 @@ class BenchmarkConfig:
     extra_body: dict = field(default_factory=dict)
     api_key: str | None = None
     timeout_s: float = 6 * 3600
-    client: str = DEFAULT_CLIENT  # "aiohttp" or "httpx"
+    client: str = DEFAULT_CLIENT  # "lean", "aiohttp" or "httpx"
     # vLLM (and SGLang) put usage in every chunk with this, which gives exact
     # tokens per chunk; servers that do not know it ignore it.
     continuous_usage: bool = True
@@ -295,7 +298,18 @@ class HttpxClient:
             return resp.status_code, resp.text
 
 
-CLIENTS = {"aiohttp": AiohttpClient, "httpx": HttpxClient}
+async def _collect(client, url: str, body: bytes, headers: dict, reads: list, start: float) -> None:
+    perf = time.perf_counter
+    async for data in client.stream(url, body, headers):
+        reads.append((perf() - start, data))
+
+
+AiohttpClient.collect = _collect
+HttpxClient.collect = _collect
+
+from inference.benchmarks.lean import LeanClient  # noqa: E402  (uses ServerHTTPError above)
+
+CLIENTS = {"lean": LeanClient, "aiohttp": AiohttpClient, "httpx": HttpxClient}
 
 
 # --------------------------------------------------------------------------
@@ -377,9 +391,16 @@ def build_payload(config: BenchmarkConfig, spec: RequestSpec) -> dict:
 
 
 async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, record: RequestRecord,
-                       t0: float, body: bytes | None = None) -> RequestRecord:
-    """Send one streaming request and fill `record`. Never raises for server faults."""
-    chat = config.endpoint == "chat"
+                       t0: float, body: bytes | None = None, deferred: "Deferred | None" = None) -> RequestRecord:
+    """Send one streaming request and fill `record`. Never raises for server faults.
+
+    While the answer streams in, only (arrival time, bytes) per network read
+    is kept; the events are parsed when the stream has ended
+    (analyze_stream), or, with `deferred`, after the whole phase, so a busy
+    client spends no time per chunk beyond storing it and sends stay on
+    schedule. Timestamps are taken per read, as they arrive, so the figures
+    are the same as parsing on the fly.
+    """
     headers = {"Content-Type": "application/json"}
     if config.api_key:
         headers["Authorization"] = f"Bearer {config.api_key}"
@@ -387,8 +408,63 @@ async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, recor
         body = json.dumps(build_payload(config, spec)).encode()
     if spec.prompt_tokens:
         record.prompt_tokens, record.prompt_tokens_source = spec.prompt_tokens, "tokenizer"
+    reads: list[tuple[float, bytes]] = []
+    transport_error = None
+    st = time.perf_counter()
+    record.sent_at = st - t0
+    try:
+        await client.collect(config.api_url, body, headers, reads, st)
+    except ServerHTTPError as exc:
+        transport_error = str(exc)
+    except asyncio.CancelledError:
+        analyze_stream(record, reads, config.endpoint == "chat", "cancelled")
+        raise
+    except Exception as exc:  # network faults, timeouts, cut streams
+        transport_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if deferred is not None:
+        deferred.add(record, reads, config.endpoint == "chat", transport_error)
+    else:
+        analyze_stream(record, reads, config.endpoint == "chat", transport_error)
+    return record
+
+
+class Deferred:
+    """Streams read during a phase and parsed after it: parsing (~7 us per
+    event here) stays out of the event loop while requests are being sent.
+    Until then a record's `success` only says the transport finished; more
+    than LIMIT bytes held are parsed at once instead, to bound memory."""
+
+    LIMIT = 64 << 20
+
+    def __init__(self):
+        self.items: list[tuple] = []
+        self.held = 0
+
+    def add(self, record: RequestRecord, reads: list, chat: bool, transport_error: str | None) -> None:
+        size = sum(len(data) for _, data in reads)
+        if self.held + size > self.LIMIT:
+            analyze_stream(record, reads, chat, transport_error)
+            return
+        record.success = transport_error is None  # provisional, for live progress
+        self.items.append((record, reads, chat, transport_error))
+        self.held += size
+
+    def flush(self) -> None:
+        for item in self.items:
+            analyze_stream(*item)
+        self.items.clear()
+        self.held = 0
+
+
+def analyze_stream(record: RequestRecord, reads: list[tuple[float, bytes]], chat: bool,
+                   transport_error: str | None = None) -> RequestRecord:
+    """Fill `record` from a stream's reads: (seconds since sent, bytes) each.
+
+    An error event in the stream ends the request there (later events are
+    not counted); a transport error applies after the events that did arrive.
+    """
+    record.success = False
     parser = SSEParser()
-    perf = time.perf_counter
     last_usage_tokens = 0
     usage_tokens = None
     saw_done = False
@@ -396,11 +472,9 @@ async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, recor
     times = record.chunk_times
     per_chunk = record.tokens_per_chunk
     continuous = True  # every token chunk carried usage so far
-    st = perf()
-    record.sent_at = st - t0
+    error = None
     try:
-        async for data in client.stream(config.api_url, body, headers):
-            now = perf() - st  # one timestamp per read: events in it arrived together
+        for now, data in reads:
             for kind, payload in parser.feed(data):
                 if kind == "error":
                     raise ServerHTTPError(500, f"error event in stream: {payload}")
@@ -443,30 +517,28 @@ async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, recor
                         record.prompt_tokens, record.prompt_tokens_source = usage["prompt_tokens"], "usage"
                 if "timings" in event:
                     record.server_timings = event["timings"]
-        if not times:
-            record.error = "The stream ended without any chunk carrying a choice; TTFT cannot be measured."
-        elif not saw_done and record.finish_reason is None:
-            record.error = "The stream ended before [DONE] or a finish_reason: the connection was cut."
-        else:
-            record.success = True
     except ServerHTTPError as exc:
-        record.error = str(exc)
-    except asyncio.CancelledError:
-        record.error = "cancelled"
-        raise
-    except Exception as exc:  # network faults, timeouts, cut streams
-        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    finally:
-        record.generated_text = "".join(texts)
-        if times:
-            record.latency = times[-1]
-        if continuous and times and last_usage_tokens:
-            record.tokens_per_chunk_source = "usage"
-        if usage_tokens is not None:
-            record.output_tokens, record.output_tokens_source = usage_tokens, "usage"
-        else:
-            record.output_tokens = sum(1 for n in per_chunk if n)  # chunks with text
-            record.output_tokens_source = "counted"
+        error = str(exc)
+    if error is None:
+        error = transport_error
+    if error is not None:
+        record.error = error
+    elif not times:
+        record.error = "The stream ended without any chunk carrying a choice; TTFT cannot be measured."
+    elif not saw_done and record.finish_reason is None:
+        record.error = "The stream ended before [DONE] or a finish_reason: the connection was cut."
+    else:
+        record.success = True
+    record.generated_text = "".join(texts)
+    if times:
+        record.latency = times[-1]
+    if continuous and times and last_usage_tokens:
+        record.tokens_per_chunk_source = "usage"
+    if usage_tokens is not None:
+        record.output_tokens, record.output_tokens_source = usage_tokens, "usage"
+    else:
+        record.output_tokens = sum(1 for n in per_chunk if n)  # chunks with text
+        record.output_tokens_source = "counted"
     return record
 
 
@@ -532,13 +604,15 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
     tracker = _Progress(progress, n, phase, t0, **extra)
     tracker.report(force=True)
     cancelled = False
+    deferred = Deferred()
 
     async def one(i: int) -> None:
-        await send_request(client, config, specs[i], records[i], t0, bodies[i])
+        await send_request(client, config, specs[i], records[i], t0, bodies[i], deferred)
         tracker.done(records[i])
 
     loop_lags: list[float] = []
     monitor = asyncio.ensure_future(_watch_loop_lag(loop_lags))
+    collector = asyncio.ensure_future(_young_gc()) if phase == "measure" else None
     tasks: list[asyncio.Task] = []
     if load.kind == "concurrency":
         # Closed loop: each worker sends its next request as soon as the last ends.
@@ -571,8 +645,9 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
 
         async def dispatcher() -> None:
             for i in range(n):
-                delay = offsets[i] - (time.perf_counter() - t0)
-                if delay > 0:
+                # uvloop's timers have millisecond resolution and may fire a
+                # little early: sleep again until the request is really due.
+                while (delay := offsets[i] - (time.perf_counter() - t0)) > 0:
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.ensure_future(timed(i)))
 
@@ -584,15 +659,58 @@ async def _run_phase(client, config: BenchmarkConfig, specs: Sequence[RequestSpe
         cancelled = await _wait_or_cancel(tasks, cancel)
     duration = time.perf_counter() - t0
     monitor.cancel()
+    if collector is not None:
+        collector.cancel()
     if cancelled:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    deferred.flush()
+    tracker.completed = sum(r.success for r in records)  # events parsed now: the exact tally
+    tracker.failed = sum(1 for r in records if r.error and r.error != "cancelled")
+    if cancelled:
         for r in records:
             if not r.success and not r.error:
                 r.error = "cancelled"
     tracker.report(force=True)
     return records, duration, cancelled, loop_lags
+
+
+# Python's cyclic GC, left to itself, stopped the client for up to ~60 ms at
+# a time in a paced 256-stream run (full collections over a heap that grows
+# with the records), and every late send counts against the measurement. The
+# measured phase runs with automatic collection off; young objects are
+# collected every few seconds (a short, bounded pass) and a full pass runs
+# after the phase.
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = True
+YOUNG_GC_INTERVAL_S = 5.0
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Automatic garbage collection off for the block (nested and thread-safe)."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+                gc.collect()
+
+
+async def _young_gc(interval: float = YOUNG_GC_INTERVAL_S) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        gc.collect(1)
 
 
 async def _watch_loop_lag(lags: list[float], interval: float = 0.005) -> None:
@@ -645,8 +763,9 @@ async def arun_benchmark(config: BenchmarkConfig, requests: Sequence[RequestSpec
                                  started_at=time.time(), client=config.client)
         before = await _scrape(client, config)
         started_at = time.time()
-        records, duration, cancelled, loop_lags = await _run_phase(
-            client, config, requests, "measure", progress, cancel, extra)
+        with gc_paused():
+            records, duration, cancelled, loop_lags = await _run_phase(
+                client, config, requests, "measure", progress, cancel, extra)
         after = await _scrape(client, config) if before is not None else None
     measured = [r for r in records if r.error != "cancelled"]
     result = RunResult(config_snapshot(config), measured, duration, len(warmup_requests), cancelled,
@@ -660,12 +779,22 @@ async def arun_benchmark(config: BenchmarkConfig, requests: Sequence[RequestSpec
     return result
 
 
+def run_async(coro):
+    """Run `coro` on a fresh event loop: uvloop's where installed (it comes
+    with uvicorn[standard]); its I/O callbacks cost the client less per read."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def run_benchmark(config: BenchmarkConfig, requests: Sequence[RequestSpec],
                   warmup_requests: Sequence[RequestSpec] = (),
                   progress: Callable[[ProgressUpdate], None] | None = None,
                   cancel: threading.Event | None = None) -> RunResult:
     """Run one load (blocking). Safe to call from a Celery worker thread."""
-    return asyncio.run(arun_benchmark(config, requests, warmup_requests, progress, cancel))
+    return run_async(arun_benchmark(config, requests, warmup_requests, progress, cancel))
 
 
 def run_sweep(config: BenchmarkConfig, concurrencies: Sequence[int],
@@ -681,7 +810,7 @@ def run_sweep(config: BenchmarkConfig, concurrencies: Sequence[int],
     for step, level in enumerate(concurrencies):
         step_config = dataclasses.replace(config, load=LoadShape("concurrency", level))
         measured, warmups = make_requests(level)
-        result = asyncio.run(arun_benchmark(step_config, measured, warmups, progress, cancel,
+        result = run_async(arun_benchmark(step_config, measured, warmups, progress, cancel,
                                             _step=(step, len(concurrencies))))
         results.append(result)
         if result.cancelled:
