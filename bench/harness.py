@@ -18,7 +18,8 @@ socket callback, events read after the stream ends), aiohttp and httpx. Each
 runs twice, interleaved, and the better round counts, so a noisy neighbour
 on a shared machine does not decide the winner. The paced run goes three
 times per client, the median counts. The harness's DEFAULT_CLIENT should
-name the faster one (most chunks per CPU-second).
+name the better one: the lowest paced p99 send lag among the clients that
+parse >= 20,000 chunks per CPU-second.
 
 Run: python bench/harness.py [--streams 256] [--requests 1024] [--tokens 64]
 """
@@ -152,11 +153,14 @@ def main() -> int:
     print(f"\nbest rounds, chunks per CPU-second: lean / aiohttp x{lean['chunks_per_cpu_s'] / a['chunks_per_cpu_s']:.2f}, "
           f"aiohttp / httpx x{a['chunks_per_cpu_s'] / h['chunks_per_cpu_s']:.2f}; paced p99 send lag: lean / aiohttp "
           f"x{paced['lean']['p99_send_lag_ms'] / max(paced['aiohttp']['p99_send_lag_ms'], 1e-9):.2f}")
-    faster = max(best, key=lambda c: best[c]["chunks_per_cpu_s"])
+    # The better client keeps sends on schedule (lowest paced p99 send lag)
+    # among those that parse >= 20,000 chunks per CPU-second.
+    able = [c for c in best if best[c]["chunks_per_cpu_s"] >= 20_000] or list(best)
+    faster = min(able, key=lambda c: paced[c]["p99_send_lag_ms"])
     f = best[faster]
     lag = paced[faster]["p99_send_lag_ms"]
     ok_lag, ok_rate = lag < 5.0, f["chunks_per_cpu_s"] >= 20_000
-    print(f"faster client: {faster} (harness DEFAULT_CLIENT = {DEFAULT_CLIENT})")
+    print(f"better client: {faster} (harness DEFAULT_CLIENT = {DEFAULT_CLIENT})")
     print(f"targets with {faster}: paced p99 send lag < 5 ms: {'PASS' if ok_lag else 'FAIL'} "
           f"({lag:.2f} ms); >= 20,000 chunks per CPU-second: {'PASS' if ok_rate else 'FAIL'} "
           f"({f['chunks_per_cpu_s']:,.0f})")

@@ -31,10 +31,12 @@ import httpx
 
 from inference.benchmarks import metrics as metrics_mod
 
-# Chosen by bench/harness.py (figures there): the lean client (lean.py) keeps
-# sends on schedule at 256 paced streams where aiohttp's per-read coroutine
-# wake-ups saturate the event loop; aiohttp beat httpx by ~8x in chunks per
-# CPU-second, and httpx needed ~2.9 s just to open 256 streams (httpx #3215).
+# Chosen by bench/harness.py (bench/results/harness_2cpu.txt): at 256 paced
+# streams the lean client (lean.py) sent with p99 lag 1.5 ms against aiohttp's
+# 2.4 ms (both with parsing after the phase; before that aiohttp's per-read
+# coroutine wake-ups saturated the loop, 18-70 ms), and parsed 1.17x the SSE
+# chunks per CPU-second; httpx parsed ~6x fewer than aiohttp and needed
+# seconds just to open 256 streams (httpx #3215).
 DEFAULT_CLIENT = "lean"
 
 
