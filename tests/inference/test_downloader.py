@@ -24,6 +24,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MiB = 1 << 20
 
 
+@pytest.fixture(autouse=True, params=["inline", "thread"])
+def hash_mode(request, monkeypatch):
+    """Every test runs with sha256 inline and on the second thread (_Sink)."""
+    import inference.downloader as downloader
+
+    monkeypatch.setenv("KILN_HASH_THREAD", "on" if request.param == "thread" else "off")
+    monkeypatch.setattr(downloader, "THREADED_FROM", 0)
+    return request.param
+
+
 @pytest.fixture
 def hub():
     h = FakeHub(token=TOKEN)
@@ -353,3 +363,38 @@ def test_import_local_refuses_what_is_not_a_model(tmp_path):
     with pytest.raises(Exception) as e:
         import_local(str(tmp_path / "nope"))
     assert "does not exist" in str(e.value)
+
+
+def test_a_disk_write_error_stops_the_file_with_a_message_and_is_not_retried(tmp_path, hash_mode):
+    from inference.downloader import DiskWriteError, _Hashes, _Sink
+
+    f = RemoteFile("x.bin", 3 * MiB, "http://unused")
+    fd = os.open(tmp_path / "ro", os.O_RDONLY | os.O_CREAT)  # writes fail with EBADF
+    sink = _Sink(fd, _Hashes(f), threaded=hash_mode == "thread")
+    with pytest.raises(DiskWriteError, match="cannot write the download to disk"):
+        for _ in range(8):
+            buf = sink.buffer()
+            sink.submit(buf, len(buf))
+        sink.finish()
+    os.close(fd)
+
+
+def test_the_hash_covers_every_buffer_in_order(tmp_path, hash_mode):
+    from inference.downloader import _Hashes, _Sink
+
+    data = os.urandom(5 * MiB + 17)
+    f = RemoteFile("x.bin", len(data), "http://unused")
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    hashes = _Hashes(f)
+    sink = _Sink(fd, hashes, threaded=hash_mode == "thread")
+    pos = 0
+    while pos < len(data):
+        buf = sink.buffer()
+        n = min(len(buf), 300_000, len(data) - pos)  # short reads, as sockets give
+        buf[:n] = data[pos:pos + n]
+        sink.submit(buf, n)
+        pos += n
+    sink.finish()
+    os.close(fd)
+    assert (tmp_path / "out").read_bytes() == data
+    assert hashes.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
