@@ -197,7 +197,9 @@ class LeanClient:
                     continue
                 raise
             except Exception as exc:
-                ok = type(exc).__name__ == "ServerHTTPError"  # a whole answer was read: still usable
+                from inference.benchmarks.harness import ServerHTTPError
+
+                ok = isinstance(exc, ServerHTTPError)  # a whole answer was read: still usable
                 raise
             finally:
                 if ok and conn.keep_alive and not conn.closed:
