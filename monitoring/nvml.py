@@ -489,8 +489,10 @@ class Nvml:
         if due and "energy_j" not in gpu.unsupported:
             lib, h = self._lib, gpu.handle
             energy_mj = self._read(gpu, "energy_j", lambda: lib.nvmlDeviceGetTotalEnergyConsumption(h))
+            # A failed read waits for the next interval too: each try costs ~4 ms.
+            gpu.energy_read_at = now
             if energy_mj is not None:
-                gpu.energy_j, gpu.energy_read_at = energy_mj / 1000.0, now
+                gpu.energy_j = energy_mj / 1000.0
                 gpu.last_power = (now, power_w) if power_w is not None else None
                 return gpu.energy_j
         if gpu.energy_j is None:

@@ -146,6 +146,18 @@ def test_energy_is_integrated_from_power_between_counter_reads():
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 2
 
 
+def test_a_failing_energy_counter_is_not_retried_every_second():
+    gpu = FakeGpu(energy_mj=1_000_000, power_mw=100_000)
+    gpu.failing["nvmlDeviceGetTotalEnergyConsumption"] = NVMLError_Unknown
+    fake, nvml = started(gpu, energy_interval_s=60)
+    for t in range(5):
+        assert nvml.sample(0, now=float(t))["energy_j"] is None
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1
+    del gpu.failing["nvmlDeviceGetTotalEnergyConsumption"]
+    assert nvml.sample(0, now=60.0)["energy_j"] == 1000
+    assert nvml.error_counts == {"energy_j: NVMLError_Unknown": 1}
+
+
 def test_energy_integration_skips_a_missing_power_reading():
     gpu = FakeGpu(energy_mj=1_000_000, power_mw=200_000)
     fake, nvml = started(gpu, energy_interval_s=60)
