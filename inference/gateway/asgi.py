@@ -121,12 +121,12 @@ class GatewayHandler(ASGIHandler):
 
 def with_gateway(django_app):
     """Wrap the panel's ASGI app: /v1/ to the gateway handler, the rest unchanged."""
+    from inference.gateway import fast  # needs Django set up, as the caller has
+
     gateway = GatewayHandler()
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(PREFIX):
-            from inference.gateway import fast
-
             secret = fast.takes(scope)
             if secret is not None:
                 return await fast.handle(scope, receive, send, secret)

@@ -6,6 +6,7 @@ runs one loop). Created on first use; a new loop (tests) gets new ones."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -21,44 +22,49 @@ CONNECT_TIMEOUT_S = 5.0
 # An engine that sends nothing for this long is treated as dead.
 READ_TIMEOUT_S = 600.0
 
-_by_loop: dict[int, tuple[asyncio.AbstractEventLoop, aioredis.Redis | None, aiohttp.ClientSession | None]] = {}
-_lean: dict[int, tuple[asyncio.AbstractEventLoop, Lean | None]] = {}
+_UNSET = object()
 
 
-def _slot(loop):
+@dataclass
+class _Clients:
+    loop: asyncio.AbstractEventLoop
+    redis: aioredis.Redis | None = None
+    session: aiohttp.ClientSession | None = None
+    lean: object = _UNSET  # Lean, or None where REDIS_URL is not a plain redis:// URL
+
+
+_by_loop: dict[int, _Clients] = {}
+
+
+def _slot() -> _Clients:
+    loop = asyncio.get_running_loop()
     entry = _by_loop.get(id(loop))
-    if entry is None or entry[0] is not loop:
-        entry = (loop, None, None)
-        _by_loop[id(loop)] = entry
+    if entry is None or entry.loop is not loop:
+        entry = _by_loop[id(loop)] = _Clients(loop)
     return entry
 
 
 def redis() -> aioredis.Redis:
-    loop = asyncio.get_running_loop()
-    _, client, session = _slot(loop)
-    if client is None:
-        client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=3)
-        _by_loop[id(loop)] = (loop, client, session)
-    return client
+    slot = _slot()
+    if slot.redis is None:
+        slot.redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=3)
+    return slot.redis
 
 
 def upstream() -> aiohttp.ClientSession:
-    loop = asyncio.get_running_loop()
-    _, client, session = _slot(loop)
-    if session is None or session.closed:
+    slot = _slot()
+    if slot.session is None or slot.session.closed:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True)
-        session = aiohttp.ClientSession(
+        slot.session = aiohttp.ClientSession(
             connector=connector, trust_env=False, auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S),
         )
-        _by_loop[id(loop)] = (loop, client, session)
-    return session
+    return slot.session
 
 
 def lean() -> Lean | None:
     """The lean Redis connection of this loop; None where REDIS_URL is not a plain redis:// URL."""
-    loop = asyncio.get_running_loop()
-    entry = _lean.get(id(loop))
-    if entry is None or entry[0] is not loop:
-        entry = _lean[id(loop)] = (loop, Lean.for_url(settings.REDIS_URL))
-    return entry[1]
+    slot = _slot()
+    if slot.lean is _UNSET:
+        slot.lean = Lean.for_url(settings.REDIS_URL)
+    return slot.lean

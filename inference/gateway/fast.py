@@ -23,6 +23,7 @@ from django.http import HttpResponseBase
 
 from inference.gateway import views
 from inference.gateway.errors import error_response
+from inference.gateway.keys import parse_bearer
 
 # path -> whether the endpoint may stream
 PATHS = {"/v1/chat/completions": True, "/v1/completions": True, "/v1/embeddings": False}
@@ -32,10 +33,7 @@ def bearer(scope) -> str | None:
     """The API key of a request, from its raw headers; None if there is none."""
     for name, value in scope["headers"]:
         if name == b"authorization":
-            text = value.decode("latin-1")
-            if text[:7].lower() == "bearer " and text[7:].strip():
-                return text[7:].strip()
-            return None
+            return parse_bearer(value.decode("latin-1"))
     return None
 
 

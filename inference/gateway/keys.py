@@ -104,11 +104,19 @@ def forget(hashed: str) -> None:
 # ---------------------------------------------------------------- authentication
 
 
-def bearer(request) -> str | None:
-    header = request.headers.get("Authorization", "")
+def parse_bearer(header: str) -> str | None:
+    """The key in an ``Authorization: Bearer …`` header value; None if there is none."""
     if header[:7].lower() == "bearer ":
-        return header[7:].strip()
+        return header[7:].strip() or None
     return None
+
+
+def bearer(request) -> str | None:
+    return parse_bearer(request.headers.get("Authorization", ""))
+
+
+def _well_formed(secret: str) -> bool:
+    return secret.startswith(KEY_PREFIX) and len(secret) <= 200
 
 
 def _load(hashed: str) -> dict:
@@ -146,7 +154,7 @@ async def authenticate(secret: str, count: bool = True, hashed: str | None = Non
     `hashed` is hash_key(secret), where the caller has it already."""
     from inference.gateway.clients import lean, redis
 
-    if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+    if not _well_formed(secret):
         return None, None
     hashed = hashed or hash_key(secret)
     now = time.time()
@@ -193,7 +201,7 @@ def vouched(secret: str, hashed: str | None = None) -> KeyInfo | None:
     client gets. A key never seen valid (a guessed or mistyped one) is not
     vouched for, so it cannot reach an engine at all.
     """
-    if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+    if not _well_formed(secret):
         return None
     seen = _seen.get(hashed or hash_key(secret))
     if seen is None or time.monotonic() - seen.at > VOUCH_FOR_S:
