@@ -217,7 +217,16 @@ class RunResult:
 # --------------------------------------------------------------------------
 
 
-class AiohttpClient:
+class _CollectsStream:
+    """`collect` on top of `stream`: (seconds since `start`, bytes) per read."""
+
+    async def collect(self, url: str, body: bytes, headers: dict, reads: list, start: float) -> None:
+        perf = time.perf_counter
+        async for data in self.stream(url, body, headers):
+            reads.append((perf() - start, data))
+
+
+class AiohttpClient(_CollectsStream):
     name = "aiohttp"
 
     def __init__(self, max_connections: int | None, timeout_s: float):
@@ -266,7 +275,7 @@ class AiohttpClient:
                 return resp.status, text
 
 
-class HttpxClient:
+class HttpxClient(_CollectsStream):
     name = "httpx"
 
     def __init__(self, max_connections: int | None, timeout_s: float):
@@ -299,15 +308,6 @@ class HttpxClient:
         except ValueError:
             return resp.status_code, resp.text
 
-
-async def _collect(client, url: str, body: bytes, headers: dict, reads: list, start: float) -> None:
-    perf = time.perf_counter
-    async for data in client.stream(url, body, headers):
-        reads.append((perf() - start, data))
-
-
-AiohttpClient.collect = _collect
-HttpxClient.collect = _collect
 
 from inference.benchmarks.lean import LeanClient  # noqa: E402  (uses ServerHTTPError above)
 
@@ -410,6 +410,7 @@ async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, recor
         body = json.dumps(build_payload(config, spec)).encode()
     if spec.prompt_tokens:
         record.prompt_tokens, record.prompt_tokens_source = spec.prompt_tokens, "tokenizer"
+    chat = config.endpoint == "chat"
     reads: list[tuple[float, bytes]] = []
     transport_error = None
     st = time.perf_counter()
@@ -419,14 +420,14 @@ async def send_request(client, config: BenchmarkConfig, spec: RequestSpec, recor
     except ServerHTTPError as exc:
         transport_error = str(exc)
     except asyncio.CancelledError:
-        analyze_stream(record, reads, config.endpoint == "chat", "cancelled")
+        analyze_stream(record, reads, chat, "cancelled")
         raise
     except Exception as exc:  # network faults, timeouts, cut streams
         transport_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if deferred is not None:
-        deferred.add(record, reads, config.endpoint == "chat", transport_error)
+        deferred.add(record, reads, chat, transport_error)
     else:
-        analyze_stream(record, reads, config.endpoint == "chat", transport_error)
+        analyze_stream(record, reads, chat, transport_error)
     return record
 
 
