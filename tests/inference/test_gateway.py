@@ -388,3 +388,21 @@ def test_the_engine_gets_the_clients_bytes_plus_what_usage_needs(raw, sent, stri
         assert payload is raw
     else:
         assert json.loads(payload) == sent
+
+
+def test_redis_down_while_checking_a_key_is_a_503_not_a_500(monkeypatch):
+    import asyncio
+
+    import redis.exceptions
+
+    from inference.gateway import views
+
+    async def unreachable(*args, **kwargs):
+        raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+
+    monkeypatch.setattr(keys, "authenticate", unreachable)
+    caller, info, refused = asyncio.run(views.key_caller("kiln-whatever"))
+    assert caller is None and info is None
+    assert refused.status_code == 503 and int(refused["Retry-After"]) > 0
+    error = json.loads(refused.content)["error"]
+    assert error["code"] == "auth_unavailable" and "Redis" in error["message"]
