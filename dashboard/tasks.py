@@ -8,7 +8,7 @@ from celery import shared_task
 from dashboard import services
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, name="dashboard.tasks.run_worker_check")
 def run_worker_check(self, job_id):
     worker = self.request.hostname or socket.gethostname()
     if not services.job_claim(job_id, worker):

@@ -7,16 +7,16 @@ from celery import shared_task
 from inference import deployments
 
 
-@shared_task
+@shared_task(name="inference.deployment_tasks.detect_runtime")
 def detect_runtime(runtime_id):
     deployments.runtime_detect(runtime_id=runtime_id)
 
 
-@shared_task
+@shared_task(name="inference.deployment_tasks.launch_deployment")
 def launch_deployment(deployment_id):
     deployments.deployment_start_process(deployment_id=deployment_id)
 
 
-@shared_task
+@shared_task(name="inference.deployment_tasks.stop_deployment")
 def stop_deployment(deployment_id):
     deployments.deployment_stop_process(deployment_id=deployment_id)

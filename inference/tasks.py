@@ -21,17 +21,17 @@ def _worker(task):
     return task.request.hostname or socket.gethostname()
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, name="inference.tasks.download_model")
 def download_model(self, artifact_id):
     services.model_download_run(artifact_id=artifact_id, worker=_worker(self))
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, name="inference.tasks.reverify_model")
 def reverify_model(self, artifact_id):
     services.model_reverify_run(artifact_id=artifact_id, worker=_worker(self))
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, name="inference.tasks.import_local_model")
 def import_local_model(self, artifact_id):
     services.model_import_run(artifact_id=artifact_id, worker=_worker(self))
 
