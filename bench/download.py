@@ -31,7 +31,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from inference.hubs.huggingface import HuggingFaceHub  # noqa: E402
+from inference.library.hubs.huggingface import HuggingFaceHub  # noqa: E402
 
 
 def stats(hub_url: str) -> int:
@@ -48,7 +48,7 @@ def run_ours(manifest: str, dest: str, hash_thread: str = "auto") -> tuple[float
     """Wall time of the whole process, and the download's own time (without
     the ~0.5-1 s the interpreter takes to start and import httpx)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "inference.downloader", manifest, dest],
+    out = subprocess.run([sys.executable, "-m", "inference.library.downloader", manifest, dest],
                          cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, KILN_HASH_THREAD=hash_thread))
     took = time.perf_counter() - t0
@@ -79,7 +79,7 @@ def main() -> None:
         curl = shutil.which("curl")
         if not curl:
             print("curl is not installed: the side-by-side comparison is skipped.")
-        from inference.downloader import hash_thread_wanted
+        from inference.library.downloader import hash_thread_wanted
 
         auto = "on" if hash_thread_wanted() else "off"  # the default, unless KILN_HASH_THREAD says otherwise
         modes = ["off", "on"]  # sha256 inline, or on a second thread
@@ -138,7 +138,7 @@ def main() -> None:
         dest = os.path.join(work, "ours")
         part = os.path.join(dest, "model.bin.part")
         before = stats(urls["url"])
-        proc = subprocess.Popen([sys.executable, "-m", "inference.downloader", manifest, dest],
+        proc = subprocess.Popen([sys.executable, "-m", "inference.library.downloader", manifest, dest],
                                 cwd=ROOT, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:

@@ -2,7 +2,7 @@
 
     /work/main/.venv/bin/python bench/fit_accuracy.py
 
-Truth comes from tests/inference/fit_truth.py (tensor-by-tensor counts of each
+Truth comes from tests/preflight/fit_truth.py (tensor-by-tensor counts of each
 checkpoint) and, for the GGUF demo model, from the file's own bytes on disk.
 """
 import json
@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inference import fit  # noqa: E402
-from tests.inference import fit_truth  # noqa: E402
+from inference.preflight import fit  # noqa: E402
+from tests.preflight import fit_truth# noqa: E402
 
 FIXTURES = ROOT / "tests" / "inference" / "fixtures"
 

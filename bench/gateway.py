@@ -209,7 +209,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     p.kill()
         if llama is not None:
-            from inference import supervisor
+            from inference.deployments import supervisor
 
             supervisor.stop(llama[1], grace_s=5)
     return 0
@@ -233,9 +233,9 @@ def report_ttft(args, ttft):
 
 
 def start_llama(Deployment):
-    from inference import supervisor
+    from inference.deployments import supervisor
     from inference.engines import Runtime, get_engine
-    from inference.presets import GEMMA_DEMO, assemble_demo_model
+    from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
 
     wrapper = Path(sys.executable).parent / "llama-cpp-server"
     model = assemble_demo_model("/tmp/kiln-test-cache")

@@ -1,7 +1,75 @@
-"""The two things every JSON endpoint needs: its error shape and its body."""
-import json
+"""The JSON API: one NinjaAPI, a router per area, one error shape, one body parser.
 
-from django.http import JsonResponse
+Every JSON endpoint under /api/ is a route of `api` below, declared in its
+area's `api.py` with its input and output as pydantic schemas (the area's
+`schemas.py`). Input that does not fit its schema (a wrong type, a missing
+field, a number out of range, a NUL byte, an id too large for the database)
+is answered 400 with the field named before the route runs. Errors, whatever
+raised them, leave in one shape:
+
+    {"error": {"code": "invalid", "message": "repo_id: Input should be a valid string",
+               "fields": {"repo_id": "Input should be a valid string"}}}
+
+The OpenAPI document is /api/openapi.json and its page /api/docs; both need a
+signed-in session, like every other route.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from ninja import NinjaAPI, Router
+from ninja import Schema as NinjaSchema
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.security import SessionAuth
+from pydantic import AfterValidator, ConfigDict, Field
+
+from dashboard.roles import OPERATOR_ONLY, is_operator
+
+# The largest value a database integer column holds (64-bit signed): an id or
+# a count beyond it is refused here instead of overflowing in the database.
+MAX_INT = 2**63 - 1
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (\\x00)")
+    return value
+
+
+# Field types for schemas: text without NUL (PostgreSQL refuses it, file paths
+# cannot hold it), and ids/counts a database column can store.
+Text = Annotated[str, AfterValidator(_no_nul)]
+RowId = Annotated[int, Field(ge=1, le=MAX_INT)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+
+
+class Schema(NinjaSchema):
+    """Base of every API schema: no Infinity or NaN where a number is expected."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class ApiError(Exception):
+    """A refusal a route raises: becomes {"error": {"code", "message", **extra}} with `status`."""
+
+    def __init__(self, code: str, message: str, status: int = 400, **extra: Any):
+        super().__init__(message)
+        self.code, self.message, self.status, self.extra = code, message, status, extra
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+
+
+class ErrorOut(Schema):
+    """What every refusal looks like (more keys may sit beside code and message)."""
+
+    error: ErrorBody
 
 
 def json_error(code, message, status=400, **extra):
@@ -10,7 +78,8 @@ def json_error(code, message, status=400, **extra):
 
 
 def json_body(request):
-    """The request's JSON object (or its form fields as a dict); None when the JSON is broken."""
+    """The request's JSON object (or its form fields as a dict); None when the JSON is broken.
+    Only for views not yet moved onto `api`."""
     if request.content_type == "application/json":
         try:
             data = json.loads(request.body or b"{}")
@@ -18,3 +87,105 @@ def json_body(request):
             return None
         return data if isinstance(data, dict) else None
     return request.POST.dict()
+
+
+class KilnParser(Parser):
+    """JSON bodies; an HTML form's fields as a flat dict (pages post both)."""
+
+    def parse_body(self, request):
+        if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            return request.POST.dict()
+        data = json.loads(request.body)
+        if not isinstance(data, dict):
+            raise ValueError("the body must be a JSON object")
+        return data
+
+
+class Session(SessionAuth):
+    """A signed-in user (the panel's session cookie, with its CSRF check)."""
+
+    def authenticate(self, request, key):
+        return request.user if request.user.is_authenticated else None
+
+
+class OperatorSession(Session):
+    """A signed-in operator; a viewer is refused with 403, not 401."""
+
+    def authenticate(self, request, key):
+        user = super().authenticate(request, key)
+        if user is not None and not is_operator(user):
+            raise AuthorizationError(403, OPERATOR_ONLY)
+        return user
+
+
+session = Session()
+operator = OperatorSession()
+
+api = NinjaAPI(
+    title="Kiln API",
+    version="1",
+    description="Kiln's JSON API. Sign in to the panel first: every route uses the browser session "
+                "(and its CSRF token for changes). Errors are {\"error\": {\"code\", \"message\"}}.",
+    urls_namespace="api",
+    auth=session,
+    parser=KilnParser(),
+)
+
+
+def _field(loc) -> str:
+    """("body", "payload", "repo_id") -> "repo_id"; ("path", "run_id") -> "run_id"."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "form") and len(parts) > 2:
+        parts = parts[2:]
+    elif parts and parts[0] in ("body", "form", "path", "query", "header", "cookie"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request, exc):
+    fields: dict[str, str] = {}
+    for error in exc.errors:
+        fields.setdefault(_field(error.get("loc", ())), error.get("msg", "is not valid"))
+    message = "; ".join(f"{name}: {msg}" for name, msg in fields.items()) or "The request is not valid."
+    return json_error("invalid", message, 400, fields=fields)
+
+
+@api.exception_handler(ApiError)
+def _refused(request, exc):
+    return json_error(exc.code, exc.message, exc.status, **exc.extra)
+
+
+@api.exception_handler(AuthenticationError)
+def _not_signed_in(request, exc):
+    return json_error("not_authenticated", "Sign in first: this endpoint needs a Kiln session.", 401)
+
+
+@api.exception_handler(AuthorizationError)
+def _forbidden(request, exc):
+    return json_error("forbidden", exc.message, 403)
+
+
+@api.exception_handler(PermissionDenied)
+def _permission_denied(request, exc):
+    return json_error("forbidden", str(exc) or OPERATOR_ONLY, 403)
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return json_error("not_found", str(exc) or f"Nothing lives at {request.path}.", 404)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc):
+    if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
+        return json_error("bad_json", "The body is not a JSON object: send Content-Type: application/json "
+                          "and a JSON object.", 400)
+    if exc.status_code == 405:
+        return json_error("method_not_allowed", f"{request.method} is not allowed here.", 405)
+    return json_error("bad_request", str(exc), exc.status_code)
+
+
+def router(tag: str) -> Router:
+    """A router for one area's routes, listed under `tag` in the API docs."""
+    return Router(tags=[tag])

@@ -7,9 +7,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
 app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# dashboard.tasks, then each inference area's tasks module.
 app.autodiscover_tasks()
-app.autodiscover_tasks(related_name="deployment_tasks")
-app.autodiscover_tasks(related_name="benchmark_tasks")
+app.autodiscover_tasks(["inference.library", "inference.deployments", "inference.benchmarks"])
 
 
 def host_queue(host_name):

@@ -11,6 +11,7 @@ from django.http import JsonResponse
 from django.shortcuts import render
 
 OPERATOR_GROUP = "operator"
+OPERATOR_ONLY = "This needs the operator role; you are signed in as a viewer. Ask an operator to change your role."
 ROLES = (("operator", "Operator — may change things"), ("viewer", "Viewer — read-only"))
 
 
@@ -44,7 +45,7 @@ def operator_required(view):
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         if not is_operator(request.user):
-            message = "This needs the operator role; you are signed in as a viewer. Ask an operator to change your role."
+            message = OPERATOR_ONLY
             if wants_json(request):
                 return JsonResponse({"error": {"code": "forbidden", "message": message}}, status=403)
             return render(request, "403.html", {"message": message}, status=403)

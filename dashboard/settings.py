@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # the API docs page's static files
     "dashboard",
     "inference",
     "monitoring",

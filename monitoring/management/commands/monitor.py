@@ -74,7 +74,7 @@ class Command(BaseCommand):
         monitor = Monitor(nvml=nvml, host=settings.HOST_NAME, interval=interval, layer=layer,
                           redis=redis, flush_interval=settings.MONITOR_FLUSH_INTERVAL,
                           record_history=record_history)
-        from inference.watch import run_watch_loop  # deployments: phases, health, restarts (own 1 s cadence)
+        from inference.deployments.watch import run_watch_loop  # deployments: phases, health, restarts (own 1 s cadence)
 
         deployments = asyncio.create_task(run_watch_loop(layer, settings.HOST_NAME, stop, group=LIVE_GROUP))
         try:

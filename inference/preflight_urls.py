@@ -1,8 +1,0 @@
-from django.urls import path
-
-from inference import preflight_views as v
-
-urlpatterns = [
-    path("deployments/plan", v.plan, name="deployment_plan"),
-    path("api/preflight", v.api_preflight, name="api_preflight"),
-]

