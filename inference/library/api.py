@@ -1,4 +1,6 @@
 """The model library's JSON API (/api/models/...). Thin: the work is in services."""
+from ninja import Status
+
 from dashboard.api import ApiError, ErrorOut, RowId, operator, router
 from inference.library import selectors, services
 from inference.library.downloader import DownloadError, NotEnoughDiskSpace
@@ -54,7 +56,7 @@ def model_download(request, body: HubRequest):
         artifact = services.model_download_start(user=request.user, **hub_args(body))
     except REFUSALS as exc:
         raise refusal(exc) from exc
-    return 202, {"model": artifact.as_dict()}
+    return Status(202, {"model": artifact.as_dict()})
 
 
 @api.post("models/preview", response={200: PreviewOut, **REFUSED}, auth=operator, url_name="api_model_preview")
@@ -74,7 +76,7 @@ def model_import(request, body: ImportRequest):
         artifact = services.model_import_local(user=request.user, path=body.path, name=body.name)
     except REFUSALS as exc:
         raise refusal(exc) from exc
-    return 202, {"model": artifact.as_dict()}
+    return Status(202, {"model": artifact.as_dict()})
 
 
 @api.get("models/{artifact_id}", response={200: ModelOut, 404: ErrorOut}, url_name="api_model")
@@ -116,7 +118,7 @@ def _action(name, summary):
             artifact = ACTIONS[name](artifact, body or ActionRequest())
         except REFUSALS as exc:
             raise refusal(exc) from exc
-        return 202, {"model": artifact.as_dict()}
+        return Status(202, {"model": artifact.as_dict()})
 
     action.__name__ = f"model_{name}"
     return action
