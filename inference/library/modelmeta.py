@@ -11,9 +11,7 @@ import json
 import os
 from collections import Counter
 
-ARCH_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads",
-             "num_key_value_heads", "head_dim", "max_position_embeddings",
-             "layer_types", "intermediate_size", "vocab_size", "full_attention_interval")
+from inference.library.gguf import GGUFError, read_gguf_header
 
 
 class ModelMetaError(Exception):
@@ -108,21 +106,18 @@ def read_config(folder: str) -> dict:
 # --------------------------------------------------------------------------- GGUF
 def read_gguf(path: str) -> dict:
     """Summarise a GGUF file's header (metadata and tensor table; the weights
-    are not read). Uses inference.preflight.fit's header reader, which skips the long
+    are not read). The header reader (gguf.py) skips the long
     tokenizer arrays: gguf.GGUFReader decodes them and took 79 s for Gemma 3
     270M on a loaded 2-core host, against well under a second this way."""
     try:
         from gguf import LlamaFileType
     except ImportError as e:  # pragma: no cover - gguf is a dependency
         raise ModelMetaError(f"the gguf package is missing ({e}); install gguf")
-    from inference.preflight.fit import FitError
-    from inference.preflight.fit import read_gguf as read_header
-
     if not os.path.exists(path):
         raise ModelMetaError(f"{path} does not exist.")
     try:
-        fields, tensors = read_header(path)
-    except FitError as e:
+        fields, tensors = read_gguf_header(path)
+    except GGUFError as e:
         raise ModelMetaError(f"{path} is not a readable GGUF file: {e}")
 
     def value(key):

@@ -29,6 +29,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from inference.library.gguf import GGUFError, read_gguf_header
+
 GiB = 1024**3
 MiB = 1024**2
 
@@ -79,13 +81,13 @@ def _group_quant_bytes(bits: int, group_size: int, zero_point: bool = True) -> f
 def weight_format(config: Mapping[str, Any]) -> WeightFormat:
     """Read ``quantization_config`` (AWQ, GPTQ, FP8, ModelOpt NVFP4, compressed-tensors, bnb)."""
     q = config.get("quantization_config") or {}
-    dtype = _config_dtype(config)
+    dtype = config_dtype(config)
     if not q:
         return WeightFormat(dtype, dtype_bytes(dtype, "torch_dtype"), quantized=False)
     method = str(q.get("quant_method", "")).lower()
     skip = tuple(str(m) for m in (q.get("modules_to_not_convert") or q.get("ignore")
                                   or q.get("exclude_modules") or q.get("ignored_layers") or []))
-    lm_head_q = _lm_head_quantized(q)
+    lm_head_q = lm_head_quantized(q)
     if method == "awq":
         bits, group = int(q.get("bits", q.get("w_bit", 4))), int(q.get("group_size", q.get("q_group_size", 128)))
         return WeightFormat(f"awq-{bits}bit-g{group}", _group_quant_bytes(bits, group,
@@ -134,7 +136,7 @@ def _compressed_tensors_format(q, lm_head_q, skip) -> WeightFormat:
     raise FitError("compressed-tensors quantization_config has no config_groups with weights")
 
 
-def _lm_head_quantized(q: Mapping[str, Any]) -> bool:
+def lm_head_quantized(q: Mapping[str, Any]) -> bool:
     """True when the checkpoint's LM head is quantized (DFlash drafts need it unquantized)."""
     if q.get("lm_head") is True:            # GPTQ / AutoRound flag
         return True
@@ -150,7 +152,7 @@ def _lm_head_quantized(q: Mapping[str, Any]) -> bool:
     return False
 
 
-def _config_dtype(config: Mapping[str, Any]) -> str:
+def config_dtype(config: Mapping[str, Any]) -> str:
     d = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     return str(d).replace("torch.", "")
 
@@ -192,7 +194,7 @@ class ModelShape:
         return self.full_attention_layers + self.sliding_window_layers
 
 
-def _text_config(config: Mapping[str, Any]) -> dict:
+def text_config(config: Mapping[str, Any]) -> dict:
     """Multimodal configs nest the language model under text_config (or llm_config)."""
     inner = config.get("text_config") or config.get("llm_config") or config.get("language_config")
     if not isinstance(inner, Mapping):
@@ -258,14 +260,14 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     """Build a ModelShape from a Hugging Face config.json dict."""
     if not isinstance(config, Mapping):
         raise FitError("config must be the dict read from config.json")
-    cfg = _text_config(config)
+    cfg = text_config(config)
     n_layers = int(_need(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     hidden = int(_need(cfg, "hidden_size", "n_embd", "d_model"))
     heads = int(_need(cfg, "num_attention_heads", "n_head"))
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     kinds = _layer_kinds(cfg, n_layers)
-    dtype = _config_dtype(cfg)
+    dtype = config_dtype(cfg)
     fmt = weight_format(cfg)
     mla = 0
     if cfg.get("kv_lora_rank"):
@@ -393,93 +395,6 @@ GGUF_KV_TYPES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32, "q5_1": 24 / 32
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
 
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                 10: "<Q", 11: "<q", 12: "<d"}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-_GGUF_BIG_ARRAY = 4096      # longer arrays (tokenizer vocabularies) are skipped, not decoded
-
-
-def read_gguf(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Read a .gguf file's metadata and tensor list without touching the tensor data.
-
-    Returns (metadata dict, [{"name", "type", "shape", "n_elements", "n_bytes"}...]).
-    Long arrays (the tokenizer's 262k-entry vocabulary) are skipped: decoding them
-    with gguf.GGUFReader takes half a minute on a small CPU, and the fit needs none of it.
-    """
-    import struct
-
-    try:
-        with open(path, "rb") as f:
-            return _read_gguf_header(f, struct)
-    except OSError as exc:
-        raise FitError(f"cannot read GGUF file {path}: {exc}") from exc
-    except (struct.error, UnicodeDecodeError, KeyError) as exc:
-        raise FitError(f"{path} is not a valid GGUF file ({exc})") from exc
-
-
-def _read_gguf_header(f, struct) -> tuple[dict, list[dict]]:
-    def unpack(fmt):
-        size = struct.calcsize(fmt)
-        data = f.read(size)
-        if len(data) < size:
-            raise struct.error("file ends inside the header")
-        return struct.unpack(fmt, data)[0]
-
-    def string():
-        return f.read(unpack("<Q")).decode("utf-8", errors="replace")
-
-    def value(vtype):
-        if vtype in _GGUF_SCALARS:
-            return unpack(_GGUF_SCALARS[vtype])
-        if vtype == _GGUF_STRING:
-            return string()
-        if vtype == _GGUF_ARRAY:
-            itype, count = unpack("<I"), unpack("<Q")
-            if count > _GGUF_BIG_ARRAY:
-                if itype in _GGUF_SCALARS:
-                    f.seek(count * struct.calcsize(_GGUF_SCALARS[itype]), 1)
-                else:
-                    for _ in range(count):
-                        value(itype)
-                return None
-            return [value(itype) for _ in range(count)]
-        raise KeyError(f"unknown GGUF value type {vtype}")
-
-    if f.read(4) != b"GGUF":
-        raise FitError("not a GGUF file (no GGUF magic at the start)")
-    version = unpack("<I")
-    if version < 2:
-        raise FitError(f"GGUF version {version} is too old; convert the file with a current llama.cpp")
-    n_tensors, n_kv = unpack("<Q"), unpack("<Q")
-    meta: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = string()
-        v = value(unpack("<I"))
-        if v is not None:
-            meta[key] = v
-    try:
-        import gguf
-        sizes = {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()}
-        names = {int(t): t.name for t in gguf.GGMLQuantizationType}
-    except ImportError:     # the common types, (block size, bytes per block)
-        sizes = {0: (1, 4), 1: (1, 2), 8: (32, 34), 12: (256, 144), 14: (256, 210), 30: (1, 2)}
-        names = {}
-    tensors = []
-    for _ in range(n_tensors):
-        name = string()
-        dims = [unpack("<Q") for _ in range(unpack("<I"))]
-        ttype = unpack("<I")
-        unpack("<Q")    # offset into the data section
-        n = math.prod(dims)
-        block, type_size = sizes.get(ttype, (1, 0))
-        tensors.append({"name": name, "type": names.get(ttype, str(ttype)), "shape": dims,
-                        "n_elements": n, "n_bytes": n // block * type_size})
-    # where tensor data starts: the header's end, padded to the file's alignment
-    align = int(meta.get("general.alignment", 32))
-    meta["GGUF.data_offset"] = -(-f.tell() // align) * align
-    return meta, tensors
-
-
 def shape_from_gguf(meta: Mapping[str, Any], tensors: Iterable[Mapping[str, Any]] = ()) -> ModelShape:
     """Build a ModelShape from GGUF metadata keys and (optionally) the tensor list."""
     arch = meta.get("general.architecture")
@@ -545,6 +460,14 @@ def shape_from_gguf(meta: Mapping[str, Any], tensors: Iterable[Mapping[str, Any]
         weight_format=WeightFormat(f"gguf-ftype-{ftype}", exact / params if exact and params else 0.0, True),
         estimated_params=params, estimated_weight_bytes=exact or 0, exact_weight_bytes=exact, source="gguf",
     )
+
+
+def read_gguf(path: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """The GGUF header reader of the model library, its errors as FitError."""
+    try:
+        return read_gguf_header(path)
+    except GGUFError as exc:
+        raise FitError(str(exc)) from exc
 
 
 def shape_from_gguf_file(path: str | os.PathLike) -> ModelShape:

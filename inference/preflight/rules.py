@@ -170,14 +170,14 @@ def _quant_name(model: Mapping[str, Any], settings: LaunchSettings) -> tuple[str
         return _normalise_quant(settings.quantization), False
     if "general.architecture" in model:
         return "gguf", False
-    cfg = fit._text_config(model)
+    cfg = fit.text_config(model)
     q = cfg.get("quantization_config") or {}
     if not q:
         return "none", False
     try:
         fmt = fit.weight_format(cfg)
     except fit.FitError:
-        return _normalise_quant(str(q.get("quant_method", "unknown"))), fit._lm_head_quantized(q)
+        return _normalise_quant(str(q.get("quant_method", "unknown"))), fit.lm_head_quantized(q)
     return _normalise_quant(fmt.name), fmt.lm_head_quantized
 
 
@@ -203,7 +203,7 @@ def _effective_dtype(model: Mapping[str, Any], settings: LaunchSettings) -> str:
         return "float32"
     if "general.architecture" in model:
         return "float16"
-    return fit._config_dtype(fit._text_config(model)).lower()
+    return fit.config_dtype(fit.text_config(model)).lower()
 
 
 def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettings | None,
@@ -219,7 +219,7 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
         h = model.get(f"{model['general.architecture']}.attention.head_count")
         heads = int(h) if isinstance(h, int) else None
     elif model:
-        heads = fit._text_config(model).get("num_attention_heads")
+        heads = fit.text_config(model).get("num_attention_heads")
     devices: list[GPU | None] = [g for g in gpus if g.compute_capability is not None] or [None]
     findings: list[Finding] = []
     for rule in load_rules(rules_path):
