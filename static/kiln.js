@@ -38,5 +38,73 @@ window.Kiln = (function () {
     };
   }
   connect();
-  return { getJSON, postJSON, csrfToken, live: { on: (type, fn) => { (handlers[type] = handlers[type] || []).push(fn); } } };
+  const live = { on: (type, fn) => { (handlers[type] = handlers[type] || []).push(fn); } };
+
+  // Follow a live row the same way on every page: the websocket brings each
+  // change as it happens, and a slower poll of the JSON API repairs a tab that
+  // missed some (a message sent before this tab's socket connected went to
+  // nobody). When the row reaches a final status the page is shown anew, since
+  // what a finished row offers (buttons, hashes, results) is rendered by the server.
+  //
+  //   Kiln.follow({
+  //     type: "deployment",            // websocket message type
+  //     id: 12,                        // the row; omit it to take every row of the type (a list page)
+  //     status: "starting",            // the row's status as the page was rendered
+  //     url: "/api/deployments/12",    // backup poll (GET); omit it for none
+  //     pick: (data) => data.deployment,  // the row in the poll's answer (on a list page: the array of rows)
+  //     interval: 2000,                // ms between polls
+  //     isFinal: (status) => ...,      // reaching such a status from another one ends with onFinal
+  //     pollWhile: (status) => ...,    // poll only while this holds (default: while not final)
+  //     onUpdate: (row) => ...,        // update the page in place, for each message and each polled row
+  //     onPoll: (data) => ...,         // optional: the whole poll answer, after its rows (list pages)
+  //     onFinal: (row) => ...,         // default: reload the page after reloadDelay ms
+  //     reloadDelay: 0,
+  //   })
+  //
+  // Returns {status()}: the status last seen.
+  function follow(options) {
+    const o = Object.assign({ interval: 5000, pick: (data) => data, isFinal: () => false, reloadDelay: 0,
+                              onUpdate: () => {} }, options);
+    const pollWhile = o.pollWhile || ((status) => !o.isFinal(status));
+    const list = o.id === undefined || o.id === null;
+    const id = list ? null : Number(o.id);
+    let status = o.status, finished = false, timer = null;
+    function take(row) {
+      if (finished || !row) return;
+      o.onUpdate(row);
+      if (list || row.status === undefined) return;  // e.g. a "deleted" message: onUpdate has dealt with it
+      const was = status;
+      status = row.status;
+      if (status !== was && o.isFinal(status)) {
+        finished = true;
+        clearInterval(timer);
+        if (o.onFinal) o.onFinal(row);
+        else setTimeout(() => location.reload(), o.reloadDelay);
+      }
+    }
+    live.on(o.type, (msg) => { if (list || Number(msg.id) === id) take(msg); });
+    if (o.url) timer = setInterval(async () => {
+      if (finished || (!list && !pollWhile(status))) return;
+      let data;
+      try { data = await getJSON(o.url); } catch (e) { return; }  // the live dot shows the panel is unreachable
+      const picked = o.pick(data);
+      if (list) {
+        if (!Array.isArray(picked)) return;  // an error answer: the next poll tries again
+        picked.forEach(take);
+        if (o.onPoll) o.onPoll(data);
+      }
+      else take(picked);
+    }, o.interval);
+    return { status: () => status };
+  }
+
+  // A form with data-confirm="question" asks before it submits (instead of an
+  // inline onsubmit handler, which a strict Content-Security-Policy forbids).
+  // Declined, the submit goes no further: not to the browser, not to other listeners.
+  document.addEventListener("submit", (ev) => {
+    const question = ev.target.dataset && ev.target.dataset.confirm;
+    if (question && !confirm(question)) { ev.preventDefault(); ev.stopPropagation(); }
+  }, true);
+
+  return { getJSON, postJSON, csrfToken, live, follow };
 })();
