@@ -1,0 +1,60 @@
+// One deployment's page: the live log tail, state, timeline and failure hint,
+// the copy buttons. Stopped or failed, the page is shown anew (Launch again).
+(function () {
+  const badge = document.getElementById("status-badge");
+  const id = Number(badge.dataset.deployment);
+  const log = document.getElementById("log");
+  // What the page already shows of the log (byte offsets), so live lines are not shown twice.
+  let logOffset = Number(log.dataset.offset);
+  const logEnds = JSON.parse(document.getElementById("log-ends").textContent);
+  const count = () => { document.getElementById("log-count").textContent = log.textContent.split("\n").filter(Boolean).length + " lines"; };
+  count(); log.scrollTop = log.scrollHeight;
+  document.querySelectorAll("button[data-copy]").forEach((b) => b.addEventListener("click", async () => {
+    const text = document.getElementById(b.dataset.copy).textContent;
+    try { await navigator.clipboard.writeText(text); b.textContent = "Copied"; }
+    catch (e) { const r = document.createRange(); r.selectNodeContents(document.getElementById(b.dataset.copy));
+                const s = getSelection(); s.removeAllRanges(); s.addRange(r); b.textContent = "Selected: Ctrl-C"; }
+    setTimeout(() => { b.textContent = "Copy"; }, 1500);
+  }));
+
+  function appendLog(m) {   // only websocket messages carry log lines
+    let lines = m.lines || [];
+    if (m.log_to && m.log_to <= logOffset) lines = [];
+    else if (m.log_from < logOffset) lines = lines.slice(logEnds.filter((e) => e > m.log_from).length);
+    if (m.log_to > logOffset) logOffset = m.log_to;
+    if (!lines.length) return;
+    const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
+    log.textContent += lines.join("\n") + "\n";
+    const all = log.textContent.split("\n"); if (all.length > 2000) log.textContent = all.slice(-2000).join("\n");
+    if (atEnd) log.scrollTop = log.scrollHeight;
+    count();
+  }
+
+  function apply(m) {
+    appendLog(m);
+    badge.textContent = m.status_label; badge.className = "badge " + m.colour;
+    document.getElementById("phase").textContent = m.phase || "";
+    if (m.base_url) {
+      const code = document.createElement("code");
+      code.textContent = m.base_url + "/v1";
+      document.getElementById("endpoint").replaceChildren(code);
+    }
+    const tl = document.getElementById("timeline");
+    tl.replaceChildren(...(m.phases || []).map((p) => { const li = document.createElement("li"); li.className = p.phase; li.textContent = p.phase; return li; }));
+    document.getElementById("failure").hidden = !(m.failure || m.hint);
+    document.getElementById("failure-reason").textContent = m.failure || "";
+    document.getElementById("failure-hint").textContent = m.hint || "";
+    if (m.restarts !== undefined) document.getElementById("restarts").textContent = m.restarts;
+    if (m.pid !== undefined) document.getElementById("pid").textContent = m.pid || "—";
+    if (m.command) document.getElementById("command").textContent = m.command;
+  }
+
+  // Status changes made by the launch/stop tasks (not the monitor) show up on the short poll.
+  Kiln.follow({
+    type: "deployment", id, status: badge.dataset.status,
+    url: `/api/deployments/${id}`, pick: (data) => data.deployment, interval: 2000,
+    pollWhile: (status) => ["pending", "starting", "stopping"].includes(status),
+    isFinal: (status) => ["stopped", "failed"].includes(status), reloadDelay: 300,
+    onUpdate: apply,
+  });
+})();
