@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from monitoring.enginemetrics import ENGINE_PREFIXES, parse_prometheus_text  # noqa: E402
+from inference.engines.metrics import ENGINE_PREFIXES, parse_prometheus_text  # noqa: E402
 from monitoring.nvml import Nvml  # noqa: E402
 from tests.fakenvml import FakeGpu, FakeNvml  # noqa: E402
 

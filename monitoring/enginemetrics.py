@@ -6,6 +6,8 @@ with its own names, and the names drift between versions (vLLM renamed
 ready-made ``avg_*_throughput_toks_per_s`` gauges that V1 dropped). So the
 engine is detected from the names present, every schema field lists the
 names it may come from (newest first), and a missing name reads ``None``.
+The parser and the names are inference/engines/metrics.py's (each engine
+module declares its own names); the benchmark harness reads the same ones.
 
 Token rates come from counters, which need two scrapes: ``EngineMetricsReader``
 keeps the previous scrape per deployment and turns counter deltas into
@@ -18,64 +20,17 @@ per-second rates, treating a counter that went down as an engine restart.
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from dataclasses import dataclass
 
-ENGINE_PREFIXES = {"vllm": "vllm:", "llamacpp": "llamacpp:", "sglang": "sglang:"}
-
-# Schema field -> metric names that may carry it, newest first.
-# "sum" adds the samples of all label sets (e.g. several vLLM data-parallel
-# engines); "max" keeps the fullest one (a KV cache is full when one is).
-ENGINE_NAMES = {
-    "vllm": {
-        "prompt_tokens_total": (["vllm:prompt_tokens_total"], "sum"),
-        "generation_tokens_total": (["vllm:generation_tokens_total"], "sum"),
-        "requests_running": (["vllm:num_requests_running"], "sum"),
-        "requests_waiting": (["vllm:num_requests_waiting"], "sum"),
-        "kv_cache_usage": (["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"], "max"),
-        "prefix_cache_queries_total": (["vllm:prefix_cache_queries_total",
-                                        "vllm:gpu_prefix_cache_queries_total"], "sum"),
-        "prefix_cache_hits_total": (["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"], "sum"),
-        "preemptions_total": (["vllm:num_preemptions_total"], "sum"),
-        "spec_drafts_total": (["vllm:spec_decode_num_drafts_total"], "sum"),
-        "spec_draft_tokens_total": (["vllm:spec_decode_num_draft_tokens_total"], "sum"),
-        "spec_accepted_tokens_total": (["vllm:spec_decode_num_accepted_tokens_total"], "sum"),
-        # Old vLLM (V0) only: the engine's own averages over its log interval.
-        "prompt_tokens_per_s_gauge": (["vllm:avg_prompt_throughput_toks_per_s"], "sum"),
-        "generation_tokens_per_s_gauge": (["vllm:avg_generation_throughput_toks_per_s"], "sum"),
-        "spec_acceptance_gauge": (["vllm:spec_decode_draft_acceptance_rate"], "max"),
-    },
-    "llamacpp": {
-        "prompt_tokens_total": (["llamacpp:prompt_tokens_total"], "sum"),
-        "generation_tokens_total": (["llamacpp:tokens_predicted_total"], "sum"),
-        "requests_running": (["llamacpp:requests_processing"], "sum"),
-        "requests_waiting": (["llamacpp:requests_deferred"], "sum"),
-        # Newer builds: prompt tokens reused from the cache (prompt_tokens_total excludes them).
-        "cached_tokens_total": (["llamacpp:prompt_tokens_cached_total"], "sum"),
-        # Dropped from newer llama-server builds: then None.
-        "kv_cache_usage": (["llamacpp:kv_cache_usage_ratio"], "max"),
-        # Newer llama-server builds with speculative decoding.
-        "spec_drafts_total": (["llamacpp:spec_decode_num_drafts_total"], "sum"),
-        "spec_draft_tokens_total": (["llamacpp:spec_decode_num_draft_tokens_total"], "sum"),
-        "spec_accepted_tokens_total": (["llamacpp:spec_decode_num_accepted_tokens_total"], "sum"),
-    },
-    "sglang": {
-        "prompt_tokens_total": (["sglang:prompt_tokens_total"], "sum"),
-        "generation_tokens_total": (["sglang:generation_tokens_total"], "sum"),
-        "cached_tokens_total": (["sglang:cached_tokens_total"], "sum"),
-        "requests_running": (["sglang:num_running_reqs"], "sum"),
-        "requests_waiting": (["sglang:num_queue_reqs"], "sum"),
-        "kv_cache_usage": (["sglang:token_usage"], "max"),
-        "prefix_cache_hit_rate_gauge": (["sglang:cache_hit_rate"], "max"),
-        # SGLang calls a preemption a retraction.
-        "preemptions_total": (["sglang:num_retracted_requests_total"], "sum"),
-        "spec_acceptance_gauge": (["sglang:spec_accept_rate"], "max"),
-        "spec_accept_length_gauge": (["sglang:spec_accept_length"], "max"),
-        "generation_tokens_per_s_gauge": (["sglang:gen_throughput"], "sum"),
-    },
-}
+from inference.engines.metrics import (
+    ENGINE_NAMES,
+    ENGINE_PREFIXES,
+    MetricsParseError,
+    detect_engine,
+    extract,
+    parse_prometheus_text,
+)
 
 # Counters whose per-second rate or interval delta the schema uses.
 COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "cached_tokens_total", "preemptions_total",
@@ -86,106 +41,6 @@ SCHEMA_FIELDS = ("engine", "prompt_tokens_per_s", "generation_tokens_per_s", "re
                  "requests_waiting", "kv_cache_usage", "prefix_cache_hit_rate", "preemptions_total",
                  "preemptions_per_s", "spec_decode_acceptance_rate", "spec_decode_mean_accept_length",
                  "prompt_tokens_total", "generation_tokens_total", "problem")
-
-
-class MetricsParseError(ValueError):
-    pass
-
-
-# ------------------------------------------------------------------ parsing
-
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = re.compile(r'\\(.)')
-
-
-def _unescape(value: str) -> str:
-    if "\\" not in value:
-        return value
-    return _UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
-
-
-def parse_prometheus_text(text: str, prefixes: tuple[str, ...] | None = None) -> dict[str, list[tuple[dict, float]]]:
-    """Prometheus text exposition -> {sample name: [(labels, value), ...]}.
-
-    A small parser of our own: on a 54 KB vLLM page it is several times
-    faster than prometheus_client's (bench/monitoring.py measures both), and
-    with ``prefixes`` it skips the lines of metrics nobody asked for before
-    looking at their labels. Comment/TYPE/HELP lines are skipped; a malformed
-    line raises MetricsParseError naming the line.
-    """
-    out: dict[str, list[tuple[dict, float]]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line or line[0] == "#":
-            continue
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name = line[:brace]
-            if prefixes is not None and not name.startswith(prefixes):
-                continue
-            labels, end = _parse_labels(line, brace, number)
-            rest = line[end:].split()
-        else:
-            if space == -1:
-                line = line.strip()
-                if not line:
-                    continue
-                raise MetricsParseError(f"/metrics line {number} has a name but no value: {line[:120]!r}")
-            name = line[:space]
-            if prefixes is not None and not name.startswith(prefixes):
-                continue
-            labels = {}
-            rest = line[space:].split()
-        if not rest:
-            raise MetricsParseError(f"/metrics line {number} has no value: {line[:120]!r}")
-        try:
-            value = float(rest[0])
-        except ValueError:
-            raise MetricsParseError(f"/metrics line {number} has a value that is not a number: {line[:120]!r}")
-        out.setdefault(name, []).append((labels, value))
-    return out
-
-
-def _parse_labels(line: str, brace: int, number: int) -> tuple[dict, int]:
-    labels = {}
-    pos = brace + 1
-    while True:
-        while pos < len(line) and line[pos] in " ,":
-            pos += 1
-        if pos < len(line) and line[pos] == "}":
-            return labels, pos + 1
-        match = _LABEL.match(line, pos)
-        if not match:
-            raise MetricsParseError(f"/metrics line {number} has malformed labels: {line[:120]!r}")
-        labels[match.group(1)] = _unescape(match.group(2))
-        pos = match.end()
-
-
-def detect_engine(names) -> str | None:
-    """'vllm', 'llamacpp', 'sglang' or None, by which prefix most names carry."""
-    counts = {engine: 0 for engine in ENGINE_PREFIXES}
-    for name in names:
-        for engine, prefix in ENGINE_PREFIXES.items():
-            if name.startswith(prefix):
-                counts[engine] += 1
-    best = max(counts, key=counts.get)
-    return best if counts[best] else None
-
-
-def _pick(samples: dict, names: list[str], how: str) -> float | None:
-    for name in names:
-        found = samples.get(name)
-        if found:
-            values = [v for _, v in found if not math.isnan(v)]
-            if not values:
-                return None
-            return sum(values) if how == "sum" else max(values)
-    return None
-
-
-def extract(samples: dict, engine: str) -> dict[str, float | None]:
-    """The raw schema inputs (counters and gauges) for one engine's samples."""
-    return {key: _pick(samples, names, how) for key, (names, how) in ENGINE_NAMES[engine].items()}
 
 
 # --------------------------------------------------------------------- rates

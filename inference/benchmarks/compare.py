@@ -90,13 +90,6 @@ def vllm_result_json(run, *, label: str | None = None, detailed: bool = False) -
     return out
 
 
-def result_from_run(run, label: str | None = None) -> dict:
-    """A harness RunResult as a common result dict."""
-    data = vllm_result_json(run, label=label)
-    data["source"] = "kiln"
-    return data
-
-
 # --------------------------------------------------------------------------
 # Import
 # --------------------------------------------------------------------------
@@ -331,8 +324,3 @@ def roofline_decode_tokens_per_s(memory_bandwidth_gbps: float, weight_bytes: flo
     if memory_bandwidth_gbps <= 0 or weight_bytes <= 0:
         raise ValueError("Memory bandwidth and weight size must both be positive.")
     return memory_bandwidth_gbps * 1e9 / weight_bytes
-
-
-def roofline_efficiency(measured_tokens_per_s: float, memory_bandwidth_gbps: float, weight_bytes: float) -> float:
-    """Measured batch-1 decode speed as a fraction of the roofline bound."""
-    return measured_tokens_per_s / roofline_decode_tokens_per_s(memory_bandwidth_gbps, weight_bytes)

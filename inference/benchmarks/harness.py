@@ -30,6 +30,13 @@ import aiohttp
 import httpx
 
 from inference.benchmarks import metrics as metrics_mod
+from inference.engines.metrics import (
+    MetricsParseError,
+    detect_engine,
+    first_present,
+    parse_prometheus_text,
+    sum_by_name,
+)
 
 # Chosen by bench/harness.py (bench/results/harness_2cpu.txt): at 256 paced
 # streams the lean client (lean.py) sent with p99 lag 1.5 ms against aiohttp's
@@ -892,44 +899,34 @@ class ServerTokenizer:
         return max(1, round(len(text) / 4))
 
 
-def parse_prometheus_counters(text: str) -> dict[str, float]:
-    """Sum every sample of each metric over its label sets: {name: value}."""
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        try:
-            head, value = line.rsplit(" ", 1) if "}" not in line else (
-                line[: line.rindex("}") + 1], line[line.rindex("}") + 1:].split()[0])
-            name = head.split("{", 1)[0].strip()
-            totals[name] = totals.get(name, 0.0) + float(value)
-        except (ValueError, IndexError):
-            continue
-    return totals
-
-
-# Names differ between engines and versions: the first present one wins.
-_SERVER_COUNTERS = {
-    "prompt_tokens": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total", "sglang:prompt_tokens_total"),
-    "generation_tokens": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total",
-                          "sglang:generation_tokens_total"),
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "requests_success": ("vllm:request_success_total",),
+# server_metrics key -> the field of the engines' metric-name tables
+# (inference/engines/<engine>.py: metric_names) whose counter it reports.
+SERVER_COUNTERS = {
+    "prompt_tokens": "prompt_tokens_total",
+    "generation_tokens": "generation_tokens_total",
+    "prefix_cache_queries": "prefix_cache_queries_total",
+    "prefix_cache_hits": "prefix_cache_hits_total",
+    "preemptions": "preemptions_total",
+    "requests_success": "requests_success_total",
 }
 
 
 async def _scrape(client, config: BenchmarkConfig) -> dict[str, float] | None:
-    """Engine counters from /metrics; None when there are none (llama.cpp
-    without --metrics) or scraping is off."""
+    """Every metric of /metrics summed over its label sets; None when there
+    are none (llama.cpp without --metrics), the page does not parse, or
+    scraping is off."""
     if not config.scrape_metrics:
         return None
     try:
         status, text = await asyncio.wait_for(client.get_text(config.base_url.rstrip("/") + "/metrics"), 10)
     except Exception:
         return None
-    return parse_prometheus_counters(text) if status == 200 else None
+    if status != 200:
+        return None
+    try:
+        return sum_by_name(parse_prometheus_text(text))
+    except MetricsParseError:
+        return None
 
 
 def metrics_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict | None:
@@ -939,11 +936,11 @@ def metrics_delta(before: dict[str, float] | None, after: dict[str, float] | Non
     delta = {name: after[name] - before.get(name, 0.0) for name in after
              if name.endswith("_total") and not name.endswith("_created")}
     summary: dict[str, Any] = {}
-    for key, names in _SERVER_COUNTERS.items():
-        for name in names:
-            if name in delta:
-                summary[key] = delta[name]
-                break
+    engine = detect_engine(after)
+    for key, table_field in SERVER_COUNTERS.items():
+        value = first_present(delta, engine, table_field) if engine else None
+        if value is not None:
+            summary[key] = value
     queries, hits = summary.get("prefix_cache_queries"), summary.get("prefix_cache_hits")
     summary["prefix_cache_hit_rate"] = hits / queries if queries else None
     summary["counters"] = delta

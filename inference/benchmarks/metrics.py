@@ -27,8 +27,6 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-VLLM_STAT_METRICS = ("ttft", "tpot", "itl", "e2el")
-
 
 def _stats(prefix: str, values_s: Sequence[float], percentiles: Iterable[float], out: dict) -> None:
     """mean/median/std/pN of values given in seconds, written in milliseconds."""

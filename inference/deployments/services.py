@@ -336,7 +336,7 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
         else:
             raise DeploymentError(f"{deployment.name} is {deployment.get_status_display().lower()}; "
                                   "there is nothing to stop.", code="not_running")
-    _add_phase(deployment.pk, "stopping")
+    deployment_record_phase(deployment.pk, "stopping")
     transaction.on_commit(lambda: _send(stop_deployment, deployment.pk, host_queue(deployment.host),
                                         lambda pk, msg: Deployment.objects.filter(pk=pk).update(hint=msg)))
     return deployment
@@ -351,7 +351,7 @@ def deployment_relaunch(*, deployment: Deployment, user=None, override=False) ->
     return deployment_launch(profile=deployment.profile, user=user, override=override)
 
 
-def _add_phase(deployment_id, phase, at=None):
+def deployment_record_phase(deployment_id, phase, at=None):
     """Append to the deployment's timeline (skips a repeat of the last phase)."""
     dep = Deployment.objects.filter(pk=deployment_id).only("phases").first()
     if dep is None:
@@ -409,20 +409,20 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     if not claimed:
         return None
     dep = Deployment.objects.select_related("profile__runtime").get(pk=deployment_id)
-    _add_phase(dep.pk, "starting")
+    deployment_record_phase(dep.pk, "starting")
     try:
         launched = spawn_for(dep, keep_port=False)
     except (InvalidLaunch, supervisor.SupervisorError, OSError, ValueError) as exc:
         Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
             status=Deployment.Status.FAILED, failure=f"Could not start the engine: {exc}",
             hint=_launch_hint(exc), stopped=timezone.now())
-        _add_phase(dep.pk, "failed")
+        deployment_record_phase(dep.pk, "failed")
         dep.refresh_from_db()
         return dep
     state = WatchState()
     state.on_spawned(time.time())
     h = launched.handle
-    offset = _log_offset_of_new_run(h.log_path)
+    offset = log_offset_of_latest_run(h.log_path)
     wrote = Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
         pid=h.pid, start_time=h.start_time, pgid=h.pgid, port=launched.port, log_path=h.log_path,
         log_offset=offset, argv=launched.argv, command=launched.command, watch_state=state.to_dict())
@@ -433,7 +433,7 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     return dep
 
 
-def _log_offset_of_new_run(log_path) -> int:
+def log_offset_of_latest_run(log_path) -> int:
     """Follow the log from the line spawn() wrote for this run (earlier runs' lines are history)."""
     try:
         data = Path(log_path).read_bytes()
@@ -484,7 +484,7 @@ def deployment_stop_process(*, deployment_id, grace_s=None) -> Deployment:
         fields["phase"] = "stopped"
     Deployment.objects.filter(pk=deployment_id).update(**fields)
     if dep.status != Deployment.Status.FAILED:
-        _add_phase(deployment_id, "stopped")
+        deployment_record_phase(deployment_id, "stopped")
     dep.refresh_from_db()
     return dep
 

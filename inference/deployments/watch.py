@@ -30,7 +30,12 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from inference.deployments import supervisor
-from inference.deployments.services import _add_phase, handle_of, spawn_for, _log_offset_of_new_run
+from inference.deployments.services import (
+    deployment_record_phase,
+    handle_of,
+    log_offset_of_latest_run,
+    spawn_for,
+)
 from inference.engines import InvalidLaunch, get_engine
 from inference.models import Deployment
 from inference.preflight.services import record_capacity
@@ -128,7 +133,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
     for a in actions:
         if a.kind == "phase":
             fields["phase"] = a.phase
-            _add_phase(dep.pk, a.phase, now)
+            deployment_record_phase(dep.pk, a.phase, now)
         elif a.kind == "ready":
             fields["ready_at"] = timezone.now()
             fields["failure"] = fields["hint"] = ""
@@ -136,7 +141,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
             fields["failure"] = a.reason
             fields["hint"] = a.hint or f"The engine exited; restarting in {a.delay_s:g} s."
             fields["restarts"] = dep.restarts + 1
-            _add_phase(dep.pk, "crashed", now)
+            deployment_record_phase(dep.pk, "crashed", now)
         elif a.kind == "restart":
             result = _restart(dep, w, a)
             if result is None:  # a stop request won
@@ -146,7 +151,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
         elif a.kind == "failed":
             fields.update(failure=a.reason, hint=a.hint, log_tail="\n".join(a.log_tail), stopped=timezone.now(),
                           phase="failed")
-            _add_phase(dep.pk, "failed", now)
+            deployment_record_phase(dep.pk, "failed", now)
             if w.handle.pid:  # nothing of it may linger (a child of a dead leader)
                 supervisor.stop(w.handle, grace_s=2)
     status = {supervisor.STARTING: Deployment.Status.STARTING, supervisor.READY: Deployment.Status.READY,
@@ -191,8 +196,8 @@ def _restart(dep: Deployment, w: supervisor.Watcher, action) -> dict | None:
     w.restarted(h)
     w.health_url = w.engine.health_url(dep.bind_host, launched.port)
     if not isinstance(w.follower, _RecordingFollower):
-        w.follower = _RecordingFollower(h.log_path, _log_offset_of_new_run(h.log_path))
-    _add_phase(dep.pk, "restarted")
+        w.follower = _RecordingFollower(h.log_path, log_offset_of_latest_run(h.log_path))
+    deployment_record_phase(dep.pk, "restarted")
     return {"phase": "starting", "started": timezone.now()}
 
 

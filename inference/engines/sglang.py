@@ -60,6 +60,22 @@ class SglangEngine(Engine):
         "--watchdog-timeout", "--enable-mixed-chunk", "--disable-overlap-schedule",
     })
 
+    metric_prefix = "sglang:"
+    metric_names = {
+        "prompt_tokens_total": (("sglang:prompt_tokens_total",), "sum"),
+        "generation_tokens_total": (("sglang:generation_tokens_total",), "sum"),
+        "cached_tokens_total": (("sglang:cached_tokens_total",), "sum"),
+        "requests_running": (("sglang:num_running_reqs",), "sum"),
+        "requests_waiting": (("sglang:num_queue_reqs",), "sum"),
+        "kv_cache_usage": (("sglang:token_usage",), "max"),
+        "prefix_cache_hit_rate_gauge": (("sglang:cache_hit_rate",), "max"),
+        # SGLang calls a preemption a retraction.
+        "preemptions_total": (("sglang:num_retracted_requests_total",), "sum"),
+        "spec_acceptance_gauge": (("sglang:spec_accept_rate",), "max"),
+        "spec_accept_length_gauge": (("sglang:spec_accept_length",), "max"),
+        "generation_tokens_per_s_gauge": (("sglang:gen_throughput",), "sum"),
+    }
+
     phase_rules = (
         (PHASE_READY, re.compile(r"The server is fired up and ready to roll")),
         (PHASE_COMPILING, re.compile(r"Capture cuda graph|KV Cache is allocated|Memory pool end|torch\.compile")),

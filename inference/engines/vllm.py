@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from inference.engines.base import (
     PHASE_COMPILING,
@@ -25,8 +24,44 @@ from inference.engines.base import (
     register,
     rule,
     run_probe,
+    shebang_python,
     venv_bin,
 )
+
+# Start-up lines that state memory figures, each figure's wordings newest first.
+# inference/preflight/capacity.py reads the figures; the phase rules below see
+# the same lines as progress. As printed (numbers carry thousands separators):
+#     Model loading took 15.06 GiB memory and 8.123456 seconds        (2025-26, gpu_model_runner)
+#     Model loading took 27.5185 GiB and 305.873276 seconds           (V1, late 2025)
+#     Loading model weights took 67.7229 GB                           (early V1 / V0)
+#     Available KV cache memory: 8.11 GiB
+#     GPU KV cache size: 178,880 tokens
+#     GPU KV cache size: 34,952 tokens, Maximum concurrency for 8,192 tokens per request: 4.27x
+#     Maximum concurrency for 2048 tokens per request: 10.79x
+#     # GPU blocks: 1381                                              (tokens = blocks x block size)
+#     Estimated CUDA graph memory: 0.73 GiB total
+#     ... the rest of the memory reserved for KV Cache is 1.57GiB.    (V0 worker summary)
+# With tensor parallel every rank prints its own loading and KV cache memory line.
+MODEL_LOADING = "Model loading took"
+KV_CACHE_MEMORY = "Available KV cache memory"
+KV_CACHE_SIZE = "KV cache size"  # "GPU KV cache size" (the CPU build: "CPU KV cache size")
+MAX_CONCURRENCY = "Maximum concurrency for"
+READY_LINE = "Application startup complete"
+
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+CAPACITY_LINES: tuple[tuple[str, re.Pattern], ...] = (
+    ("model_loading_gib", re.compile(MODEL_LOADING + " " + _NUM + r" ?GiB")),
+    ("model_loading_gib", re.compile(r"Loading model weights took " + _NUM + r" ?GB")),
+    ("model_loading_gib", re.compile(r"model weights take " + _NUM + r" ?GiB")),
+    ("available_kv_cache_gib", re.compile(KV_CACHE_MEMORY + ": " + _NUM + r" ?GiB")),
+    ("available_kv_cache_gib", re.compile(r"memory reserved for KV Cache is " + _NUM + r" ?GiB")),
+    ("kv_cache_tokens", re.compile("GPU " + KV_CACHE_SIZE + ": " + _NUM + r" tokens")),
+    ("gpu_blocks", re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)),
+    ("cuda_graph_gib", re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB")),
+    ("cuda_graph_gib", re.compile(r"Graph capturing finished in \S+ secs?, took " + _NUM + r" ?GiB")),
+)
+# The max model length and how many such requests fit in the KV cache at once.
+CONCURRENCY_LINE = re.compile(MAX_CONCURRENCY + " " + _NUM + r" tokens per request: " + _NUM + r"x")
 
 
 @register
@@ -85,13 +120,35 @@ class VllmEngine(Engine):
         "--enable-sleep-mode", "--optimization-level", "--performance-mode",
     })
 
+    metric_prefix = "vllm:"
+    metric_names = {
+        "prompt_tokens_total": (("vllm:prompt_tokens_total",), "sum"),
+        "generation_tokens_total": (("vllm:generation_tokens_total",), "sum"),
+        "requests_running": (("vllm:num_requests_running",), "sum"),
+        "requests_waiting": (("vllm:num_requests_waiting",), "sum"),
+        "requests_success_total": (("vllm:request_success_total",), "sum"),
+        "kv_cache_usage": (("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), "max"),
+        "prefix_cache_queries_total": (("vllm:prefix_cache_queries_total",
+                                        "vllm:gpu_prefix_cache_queries_total"), "sum"),
+        "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"), "sum"),
+        "preemptions_total": (("vllm:num_preemptions_total",), "sum"),
+        "spec_drafts_total": (("vllm:spec_decode_num_drafts_total",), "sum"),
+        "spec_draft_tokens_total": (("vllm:spec_decode_num_draft_tokens_total",), "sum"),
+        "spec_accepted_tokens_total": (("vllm:spec_decode_num_accepted_tokens_total",), "sum"),
+        # Old vLLM (V0) only: the engine's own averages over its log interval.
+        "prompt_tokens_per_s_gauge": (("vllm:avg_prompt_throughput_toks_per_s",), "sum"),
+        "generation_tokens_per_s_gauge": (("vllm:avg_generation_throughput_toks_per_s",), "sum"),
+        "spec_acceptance_gauge": (("vllm:spec_decode_draft_acceptance_rate",), "max"),
+    }
+
     phase_rules = (
-        (PHASE_READY, re.compile(r"Application startup complete")),
+        (PHASE_READY, re.compile(READY_LINE)),
         (PHASE_COMPILING, re.compile(r"torch\.compile took|Compiling a graph|Dynamo bytecode transform|"
-                                     r"Capturing CUDA graph|Graph capturing finished|Available KV cache memory|"
-                                     r"KV cache size: [\d,]+ tokens|Maximum concurrency for|init engine \(profile")),
+                                     r"Capturing CUDA graph|Graph capturing finished|" + KV_CACHE_MEMORY + "|"
+                                     + KV_CACHE_SIZE + r": [\d,]+ tokens|" + MAX_CONCURRENCY
+                                     + r"|init engine \(profile")),
         (PHASE_LOADING, re.compile(r"Starting to load model|Loading model from scratch|"
-                                   r"Loading safetensors checkpoint shards|Loading weights took|Model loading took")),
+                                   r"Loading safetensors checkpoint shards|Loading weights took|" + MODEL_LOADING)),
         (PHASE_STARTING, re.compile(r"vLLM API server version|non-default args|Initializing a V1 LLM engine")),
     )
     failure_rules = (
@@ -169,7 +226,7 @@ class VllmEngine(Engine):
             python = venv_bin(runtime, "python")
         else:
             # An executable installed by pip starts with "#!/path/to/python".
-            python = _shebang_python(runtime.path)
+            python = shebang_python(runtime.path)
         if python:
             # Reading the package metadata is instant; `vllm --version`
             # imports torch and takes many seconds.
@@ -182,18 +239,6 @@ class VllmEngine(Engine):
             return VersionInfo(detail=out.strip()[-300:] or "no version printed", ok=False)
         cuda, archs, why = probe_torch(python, timeout) if python else ("", (), "no Python interpreter found")
         return VersionInfo(version=version, torch_cuda=cuda, cuda_archs=archs, detail=why, ok=True)
-
-
-def _shebang_python(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(300).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    if first.startswith("#!") and "python" in first:
-        interp = first[2:].strip().split()[0]
-        return interp if Path(interp).exists() else None
-    return None
 
 
 def _last_version(out: str) -> str:

@@ -1,19 +1,9 @@
 """Read vLLM's own start-up lines about memory, and set them beside the fit estimate.
 
 The supervisor feeds each log line (or the whole log) to ``parse_vllm_capacity``;
-the result is a plain dict to store on the deployment. Line formats differ between
-vLLM versions, so each figure has a few patterns, newest first:
-
-    Model loading took 15.06 GiB memory and 8.123456 seconds        (2025-26, gpu_model_runner)
-    Model loading took 27.5185 GiB and 305.873276 seconds           (V1, late 2025)
-    Loading model weights took 67.7229 GB                           (early V1 / V0)
-    Available KV cache memory: 8.11 GiB
-    GPU KV cache size: 178,880 tokens
-    GPU KV cache size: 34,952 tokens, Maximum concurrency for 8,192 tokens per request: 4.27x
-    Maximum concurrency for 2048 tokens per request: 10.79x
-    # GPU blocks: 1381                                              (tokens = blocks x block size)
-    Estimated CUDA graph memory: 0.73 GiB total
-    ... the rest of the memory reserved for KV Cache is 1.57GiB.    (V0 worker summary)
+the result is a plain dict to store on the deployment. The lines' wordings (a few
+per figure, newest first) are the engine's knowledge: inference/engines/vllm.py,
+``CAPACITY_LINES``.
 
 With tensor parallel every rank prints its own "Model loading" and "Available KV
 cache memory" line: the parser keeps the largest weights and the smallest KV cache
@@ -21,26 +11,11 @@ cache memory" line: the parser keeps the largest weights and the smallest KV cac
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
+from inference.engines.vllm import CAPACITY_LINES, CONCURRENCY_LINE, READY_LINE
+
 GiB = 1024**3
-
-_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
-
-PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("model_loading_gib", re.compile(r"Model loading took " + _NUM + r" ?GiB")),
-    ("model_loading_gib", re.compile(r"Loading model weights took " + _NUM + r" ?GB")),
-    ("model_loading_gib", re.compile(r"model weights take " + _NUM + r" ?GiB")),
-    ("available_kv_cache_gib", re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB")),
-    ("available_kv_cache_gib", re.compile(r"memory reserved for KV Cache is " + _NUM + r" ?GiB")),
-    ("kv_cache_tokens", re.compile(r"GPU KV cache size: " + _NUM + r" tokens")),
-    ("gpu_blocks", re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)),
-    ("cuda_graph_gib", re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB")),
-    ("cuda_graph_gib", re.compile(r"Graph capturing finished in \S+ secs?, took " + _NUM + r" ?GiB")),
-]
-_CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
-_STARTED = "Application startup complete."
 
 
 def _number(text: str) -> float:
@@ -60,7 +35,7 @@ def parse_vllm_capacity(lines: Iterable[str] | str, block_size: int = 16) -> dic
     for line in lines:
         if not isinstance(line, str):
             continue
-        for name, pattern in PATTERNS:
+        for name, pattern in CAPACITY_LINES:
             m = pattern.search(line)
             if m:
                 value = _number(m.group(1))
@@ -71,11 +46,11 @@ def parse_vllm_capacity(lines: Iterable[str] | str, block_size: int = 16) -> dic
                     found[name] = min(value, found.get(name, value))   # the poorest rank limits
                 else:
                     found[name] = max(value, found.get(name, value))
-        m = _CONCURRENCY.search(line)
+        m = CONCURRENCY_LINE.search(line)
         if m:
             found["max_model_len"] = int(_number(m.group(1)))
             found["max_concurrency"] = _number(m.group(2))
-        if _STARTED in line:
+        if READY_LINE in line:
             found["started"] = True
     if "kv_cache_tokens" not in found and "gpu_blocks" in found:
         found["kv_cache_tokens"] = found["gpu_blocks"] * block_size

@@ -9,9 +9,7 @@ from inference.benchmarks.compare import (
     compare,
     diff_launch_args,
     load_results,
-    result_from_run,
     roofline_decode_tokens_per_s,
-    roofline_efficiency,
     vllm_result_json,
 )
 from inference.benchmarks.harness import BenchmarkConfig, LoadShape, RequestSpec, run_benchmark
@@ -110,7 +108,7 @@ def test_unknown_files_get_a_clear_error(tmp_path):
 
 
 def test_compare_gives_ratios_to_the_baseline_and_the_differing_flags(run):
-    a = result_from_run(run, label="before")
+    a = vllm_result_json(run, label="before")
     b = {**a, "label": "after", "output_throughput": a["output_throughput"] * 2, "mean_ttft_ms": 0.0}
     table = compare([a, b], launch_argvs=[
         ["vllm", "serve", "m", "--max-num-seqs", "64", "--enforce-eager"],
@@ -136,6 +134,5 @@ def test_roofline_bound_is_bandwidth_over_weight_bytes():
     # A 27B model at ~4.5 bits on a V100 (900 GB/s): about 58 tokens/s at best.
     bound = roofline_decode_tokens_per_s(900, 27.8e9 * 4.5 / 8)
     assert bound == pytest.approx(57.55, rel=1e-3)
-    assert roofline_efficiency(bound / 2, 900, 27.8e9 * 4.5 / 8) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="positive"):
         roofline_decode_tokens_per_s(0, 1)

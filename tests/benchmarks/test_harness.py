@@ -26,10 +26,10 @@ from inference.benchmarks.harness import (
     SSEParser,
     arrival_offsets,
     metrics_delta,
-    parse_prometheus_counters,
     run_benchmark,
     run_sweep,
 )
+from inference.engines.metrics import parse_prometheus_text, sum_by_name
 from tests.sse_stub import StubScript, running_stub
 
 # Scheduler slack on a shared 2-core machine: sleeps wake late, never early.
@@ -236,8 +236,9 @@ def test_server_metrics_delta_covers_only_the_measured_phase():
     assert delta["prefix_cache_hit_rate"] is None
     text = 'vllm:prefix_cache_hits_total{a="1"} 5\nvllm:prefix_cache_hits_total{a="2"} 5\n' \
            "vllm:prefix_cache_queries_total 40\n# HELP x\nvllm:num_preemptions_total 2\n"
-    before = parse_prometheus_counters("vllm:prefix_cache_hits_total 0\nvllm:prefix_cache_queries_total 0\n")
-    summary = metrics_delta(before, parse_prometheus_counters(text))
+    before = sum_by_name(parse_prometheus_text(
+        "vllm:prefix_cache_hits_total 0\nvllm:prefix_cache_queries_total 0\n"))
+    summary = metrics_delta(before, sum_by_name(parse_prometheus_text(text)))
     assert summary["prefix_cache_hit_rate"] == 0.25 and summary["preemptions"] == 2
 
 

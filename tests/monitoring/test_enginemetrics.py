@@ -4,8 +4,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitoring.enginemetrics import (EngineMetricsReader, MetricsParseError, RateTracker, SCHEMA_FIELDS,
-                                      detect_engine, parse_prometheus_text)
+from inference.benchmarks.harness import metrics_delta
+from inference.engines.metrics import MetricsParseError, detect_engine, parse_prometheus_text, sum_by_name
+from monitoring.enginemetrics import SCHEMA_FIELDS, EngineMetricsReader, RateTracker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -158,6 +159,40 @@ def test_llamacpp_real_capture():
     second = reader.read(later, now=2.0)
     assert second["generation_tokens_per_s"] == pytest.approx(59)
     assert second["prompt_tokens_per_s"] == pytest.approx(20)
+
+
+@pytest.mark.parametrize("name", ["vllm_v1.txt", "vllm_v0.txt", "sglang.txt", "llamacpp.txt"])
+def test_monitor_and_benchmark_harness_read_the_same_numbers(name):
+    """One parser, one table of names: from the same two scrapes the monitor's
+    totals and rates and the harness's server_metrics agree."""
+    text = fixture(name)
+    engine = detect_engine(parse_prometheus_text(text))
+    later = text
+    for metric in ("prompt_tokens_total", "generation_tokens_total", "tokens_predicted_total",
+                   "num_preemptions_total", "num_retracted_requests_total", "prefix_cache_queries_total",
+                   "prefix_cache_hits_total", "gpu_prefix_cache_queries_total", "gpu_prefix_cache_hits_total"):
+        later = bump(later, f"{engine}:{metric}", 300 if "hits" in metric else 400)
+    reader = EngineMetricsReader()
+    first = reader.read(text, now=10.0)
+    second = reader.read(later, now=11.0)  # one second later: rates equal deltas
+    before, after = sum_by_name(parse_prometheus_text(text)), sum_by_name(parse_prometheus_text(later))
+    lifetime = metrics_delta({}, before)
+    run = metrics_delta(before, after)
+
+    assert lifetime["prompt_tokens"] == first["prompt_tokens_total"] > 0
+    assert lifetime["generation_tokens"] == first["generation_tokens_total"] > 0
+    assert run["prompt_tokens"] == second["prompt_tokens_per_s"] == 400
+    assert run["generation_tokens"] == second["generation_tokens_per_s"] == 400
+    if engine == "llamacpp":  # llama-server publishes no preemption counter
+        assert "preemptions" not in run and first["preemptions_total"] is None
+    else:
+        assert lifetime["preemptions"] == first["preemptions_total"] > 0
+        assert run["preemptions"] == second["preemptions_per_s"] == 400
+    if name == "vllm_v1.txt":  # the one fixture with prefix-cache counters
+        assert lifetime["prefix_cache_hit_rate"] == pytest.approx(first["prefix_cache_hit_rate"]) == 0.25
+        assert run["prefix_cache_hit_rate"] == pytest.approx(second["prefix_cache_hit_rate"]) == 0.75
+    else:
+        assert lifetime["prefix_cache_hit_rate"] is None and run["prefix_cache_hit_rate"] is None
 
 
 def test_counter_reset_after_engine_restart_is_not_a_negative_rate():
