@@ -59,11 +59,6 @@ def runtime_dict(rt: EngineRuntime) -> dict:
     }
 
 
-def profile_dict(p: LaunchProfile) -> dict:
-    return {"id": p.pk, "name": p.name, "host": p.host, "runtime": p.runtime_id, "engine": p.engine,
-            "model": p.model_id, "model_path": p.model_path, "preset": p.preset}
-
-
 LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
 
 
