@@ -7,7 +7,7 @@ client's event loop saturated, and requests left up to 50 ms late
 (bench/harness.py). This client parses responses with httptools (C) inside
 ``data_received`` and only appends ``(time, bytes)`` to the request's list;
 the coroutine wakes once, when the response is complete. The events are
-read after that (harness.analyze_stream), with the same timestamps: one per
+read after that (stream.analyze_stream), with the same timestamps: one per
 network read, as before.
 
 Scope: what the harness sends -- POST with a body, keep-alive connections
@@ -24,6 +24,9 @@ import time
 from urllib.parse import urlsplit
 
 import httptools
+
+from inference.benchmarks.clients import AiohttpClient
+from inference.benchmarks.records import ServerHTTPError
 
 perf = time.perf_counter
 
@@ -111,8 +114,6 @@ class _Connection(asyncio.Protocol):
         self.transport.write(head + body)
         await done
         if self.status != 200:
-            from inference.benchmarks.harness import ServerHTTPError
-
             raise ServerHTTPError(self.status, self.error_body.decode("utf-8", "replace"))
 
 
@@ -130,8 +131,6 @@ class LeanClient:
         self._aiohttp = None
 
     async def __aenter__(self):
-        from inference.benchmarks.harness import AiohttpClient
-
         self._aiohttp = await AiohttpClient(None, self._timeout).__aenter__()
         return self
 
@@ -197,8 +196,6 @@ class LeanClient:
                     continue
                 raise
             except Exception as exc:
-                from inference.benchmarks.harness import ServerHTTPError
-
                 ok = isinstance(exc, ServerHTTPError)  # a whole answer was read: still usable
                 raise
             finally:

@@ -48,7 +48,7 @@ def _source(values: Iterable[str]) -> str | None:
 
 def summarize(records: Sequence, duration: float, goodput_slos: dict[str, float] | None = None,
               percentiles: Iterable[float] = (50, 90, 95, 99)) -> dict:
-    """Aggregate RequestRecords (harness.py) over a measured phase of `duration` s."""
+    """Aggregate RequestRecords (records.py) over a measured phase of `duration` s."""
     percentiles = tuple(percentiles)
     ok = [r for r in records if r.success]
     failed = [r for r in records if not r.success]

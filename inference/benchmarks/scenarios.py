@@ -5,7 +5,7 @@ presets mirror what users test by hand; the UI may override any field with
 `dataclasses.replace(SCENARIOS["decode-single-stream"], num_prompts=20)`.
 
 Prompts are built from plain English words and measured with a token counter
-(the deployment's own /tokenize through harness.ServerTokenizer, or any
+(the deployment's own /tokenize through server.ServerTokenizer, or any
 `count(text) -> int`), then trimmed or grown until they hit the target length.
 Every prompt starts with its own random words so an engine's prefix cache
 cannot serve one prompt from another, except in the shared-prefix scenario
@@ -27,10 +27,10 @@ from inference.benchmarks.harness import (
     ProgressUpdate,
     RequestSpec,
     RunResult,
-    ServerTokenizer,
     run_benchmark,
     run_sweep,
 )
+from inference.benchmarks.server import ServerTokenizer
 
 CountTokens = Callable[[str], int]
 

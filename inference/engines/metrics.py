@@ -1,6 +1,6 @@
 """An engine's /metrics page: the one Prometheus text parser and the one table
 of engine metric names, shared by the monitor (monitoring/enginemetrics.py)
-and the benchmark harness (inference/benchmarks/harness.py).
+and the benchmark harness (inference/benchmarks/server.py).
 
 Each engine module declares its own names (``metric_prefix`` and
 ``metric_names`` on its Engine class); this module gathers them:

