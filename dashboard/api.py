@@ -20,12 +20,13 @@ from typing import Annotated, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
+from django.http.request import RawPostDataException
 from ninja import NinjaAPI, Router
 from ninja import Schema as NinjaSchema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import SessionAuth
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from dashboard.roles import OPERATOR_ONLY, is_operator
 
@@ -45,6 +46,15 @@ def _no_nul(value: str) -> str:
 Text = Annotated[str, AfterValidator(_no_nul)]
 RowId = Annotated[int, Field(ge=1, le=MAX_INT)]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+
+
+def _blank_is_none(value):
+    return None if value == "" else value
+
+
+# For an optional field that an HTML form posts empty: "" means "not given", e.g.
+# `runtime: Annotated[Optional[RowId], Blank] = None`.
+Blank = BeforeValidator(_blank_is_none)
 
 
 class Schema(NinjaSchema):
@@ -103,6 +113,15 @@ class KilnParser(Parser):
 
 class Session(SessionAuth):
     """A signed-in user (the panel's session cookie, with its CSRF check)."""
+
+    def __call__(self, request):
+        # Read the body first: the CSRF check parses a multipart form from the request's
+        # stream, after which the body parser could no longer read it (a 500, not a 400).
+        try:
+            request.body  # noqa: B018 -- cached on the request for the body parser
+        except RawPostDataException:
+            pass
+        return super().__call__(request)
 
     def authenticate(self, request, key):
         return request.user if request.user.is_authenticated else None
@@ -176,10 +195,16 @@ def _not_found(request, exc):
     return json_error("not_found", str(exc) or f"Nothing lives at {request.path}.", 404)
 
 
+# A route whose unreadable body had another error code before it moved onto `api`
+# keeps that code here (url name -> code); every other route answers "bad_json".
+BAD_BODY_CODES: dict[str, str] = {}
+
+
 @api.exception_handler(HttpError)
 def _http_error(request, exc):
     if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
-        return json_error("bad_json", "The body is not a JSON object: send Content-Type: application/json "
+        code = BAD_BODY_CODES.get(getattr(request.resolver_match, "url_name", None), "bad_json")
+        return json_error(code, "The body is not a JSON object: send Content-Type: application/json "
                           "and a JSON object.", 400)
     if exc.status_code == 405:
         return json_error("method_not_allowed", f"{request.method} is not allowed here.", 405)

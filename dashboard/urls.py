@@ -3,9 +3,13 @@ from django.urls import include, path
 
 from dashboard import views
 from dashboard.api import api
+from inference.deployments.api import api as deployments_api
 from inference.library.api import api as library_api
+from inference.preflight.api import api as preflight_api
 
 api.add_router("", library_api)
+api.add_router("", deployments_api)
+api.add_router("", preflight_api)
 
 urlpatterns = [
     path("", views.home, name="home"),

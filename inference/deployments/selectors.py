@@ -7,6 +7,7 @@ import re
 import shlex
 
 from django.conf import settings
+from django.http import Http404
 
 from inference.deployments.services import preset_status
 from inference.models import Deployment, EngineRuntime, LaunchProfile
@@ -25,6 +26,27 @@ def runtime_list():
 
 def profile_list():
     return LaunchProfile.objects.select_related("runtime", "model")
+
+
+def deployment_get_or_404(deployment_id: int) -> Deployment:
+    dep = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
+    if dep is None:
+        raise Http404(f"No deployment #{deployment_id}.")
+    return dep
+
+
+def runtime_get_or_404(runtime_id: int) -> EngineRuntime:
+    runtime = EngineRuntime.objects.filter(pk=runtime_id).first()
+    if runtime is None:
+        raise Http404(f"No runtime #{runtime_id}.")
+    return runtime
+
+
+def profile_get_or_404(profile_id: int) -> LaunchProfile:
+    profile = LaunchProfile.objects.select_related("runtime", "model").filter(pk=profile_id).first()
+    if profile is None:
+        raise Http404(f"No launch profile #{profile_id}.")
+    return profile
 
 
 def preset_cards(host=None):

@@ -70,11 +70,8 @@ class PreflightForm(forms.Form):
         return speculative_config_from(self.cleaned_data.get("speculative_config"))
 
     def clean_extra_args(self):
-        value = self.cleaned_data.get("extra_args")
-        if isinstance(value, list):
-            return [str(v) for v in value]
         try:
-            return parse_extra_args(value or "")
+            return parse_extra_args(self.cleaned_data.get("extra_args") or "")
         except InvalidLaunch as exc:
             raise forms.ValidationError(exc.problems["extra_args"]) from None
 

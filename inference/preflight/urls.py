@@ -4,5 +4,4 @@ from inference.preflight import views as v
 
 urlpatterns = [
     path("deployments/plan", v.plan, name="deployment_plan"),
-    path("api/preflight", v.api_preflight, name="api_preflight"),
 ]

@@ -1,0 +1,232 @@
+"""What the deployments JSON API takes and returns (/api/deployments/, /api/runtimes/,
+/api/launch-profiles/preview).
+
+The launch-profile fields are checked here for their type only (a number where a number
+goes, no NUL, an id a database column holds); what makes sense for a launch (a range, a
+known flag, a free port) is the launch-profile form's job, so the page and the API say it
+the same way. A field the form takes as text (gpus, env, extra_args, speculative_config)
+may come as JSON's own list or object too: the form is handed its text.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Annotated, Optional
+
+from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from dashboard.api import MAX_INT, Blank, Count, RowId, Schema, Text
+
+# Any integer a database column holds; the form says which range makes sense.
+Integer = Annotated[int, Field(ge=-MAX_INT - 1, le=MAX_INT)]
+
+
+def _gpu_indexes(value) -> str:
+    if not isinstance(value, list) or not all(type(v) is int and 0 <= v <= MAX_INT for v in value):
+        raise TypeError
+    return ",".join(str(v) for v in value)
+
+
+def _arguments(value) -> str:
+    if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        raise TypeError
+    return shlex.join(str(v) for v in value)
+
+
+def _json_object(value) -> str:
+    if not isinstance(value, dict):
+        raise TypeError
+    return json.dumps(value, allow_nan=False)
+
+
+def _environment(value) -> str:
+    if not isinstance(value, dict) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                              for v in value.values()):
+        raise TypeError
+    return "\n".join(f"{k}={v}" for k, v in value.items())
+
+
+def _on_off(value) -> str:
+    if not isinstance(value, bool):
+        raise TypeError
+    return "on" if value else "off"
+
+
+def form_text(convert, expected: str, json_type: dict):
+    """A form field's text, or JSON's `expected` value turned into that text."""
+
+    def before(value):
+        if value is None or isinstance(value, str):
+            return value
+        try:
+            return convert(value)
+        except (TypeError, ValueError):
+            raise PydanticCustomError("form_value", "give {expected}", {"expected": expected}) from None
+
+    return Annotated[Optional[Text], BeforeValidator(before),
+                     WithJsonSchema({"anyOf": [{"type": "string"}, json_type, {"type": "null"}]})]
+
+
+GpuIndexes = form_text(_gpu_indexes, 'GPU indexes as a list such as [0, 1] or text such as "0,1"',
+                       {"type": "array", "items": {"type": "integer", "minimum": 0}})
+Arguments = form_text(_arguments, 'arguments as a list such as ["--enforce-eager"] or as text',
+                      {"type": "array", "items": {"type": "string"}})
+JsonObject = form_text(_json_object, 'a JSON object such as {"method": "dflash", "model": "…"} or its text',
+                       {"type": "object"})
+Environment = form_text(_environment, 'an object such as {"NAME": "value"} or NAME=value lines',
+                        {"type": "object", "additionalProperties": {"type": "string"}})
+OnOff = form_text(_on_off, 'true, false, "on", "off" or ""', {"type": "boolean"})
+
+OptionalId = Annotated[Optional[RowId], Blank]
+OptionalInt = Annotated[Optional[Integer], Blank]
+OptionalFloat = Annotated[Optional[float], Blank]
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class ProfileFields(Schema):
+    """The launch-profile form's fields (all optional here: the form says what is missing)."""
+
+    name: Optional[Text] = None
+    runtime: OptionalId = None
+    model: OptionalId = None
+    model_path: Optional[Text] = None
+    served_model_name: Optional[Text] = None
+    gpus: GpuIndexes = None
+    tensor_parallel_size: OptionalInt = None
+    dtype: Optional[Text] = None
+    quantization: Optional[Text] = None
+    max_model_len: OptionalInt = None
+    gpu_memory_utilization: OptionalFloat = None
+    swap_space_gb: OptionalFloat = None
+    cpu_offload_gb: OptionalFloat = None
+    kv_cache_dtype: Optional[Text] = None
+    attention_backend: Optional[Text] = None
+    enable_prefix_caching: OnOff = None
+    max_num_seqs: OptionalInt = None
+    speculative_config: JsonObject = None
+    bind_host: Optional[Text] = None
+    port: OptionalInt = None
+    api_key: Optional[Text] = None
+    env: Environment = None
+    extra_args: Arguments = None
+    trust_remote_code: Annotated[Optional[bool], Blank] = None
+
+    def form_data(self) -> dict:
+        """The values as the form reads a post: only what was given."""
+        return self.model_dump(exclude_none=True)
+
+
+class LaunchRequest(Schema):
+    """Launch a saved profile, or a preset (its profile on this host is made the first time)."""
+
+    preset: Optional[Text] = Field(None, max_length=100, examples=["gemma3-270m-demo-cpu"])
+    profile: OptionalId = None
+    override: bool = Field(False, description="launch even though preflight found errors")
+
+
+class RuntimeRequest(Schema):
+    """Register an engine installation; name, engine and kind are needed."""
+
+    name: Text = Field("", max_length=200)
+    engine: Text = Field("", max_length=20, examples=["vllm", "llamacpp", "sglang"])
+    kind: Text = Field("", max_length=20, examples=["executable", "venv", "docker"])
+    host: Optional[Text] = Field(None, max_length=100, description="default: this panel's host")
+    path: Text = Field("", max_length=1000)
+    image: Text = Field("", max_length=300)
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class Phase(Schema):
+    phase: str
+    at: float
+
+
+class DeploymentRow(Schema):
+    """A deployment: one run of a launch profile. The API key itself is never shown."""
+
+    id: int
+    name: str
+    host: str
+    engine: str
+    profile: Optional[int]
+    model: Optional[int]
+    status: str
+    status_label: str
+    colour: str
+    phase: str
+    phases: list[Phase]
+    pid: Optional[int]
+    port: Optional[int]
+    bind_host: str
+    base_url: str
+    openai_base_url: str
+    served_model_name: str
+    api_key_set: bool
+    argv: list[str]
+    command: str
+    restarts: Count
+    failure: str
+    hint: str
+    log_tail: str
+    created: Optional[str]
+    started: Optional[str]
+    ready_at: Optional[str]
+    stopped: Optional[str]
+
+
+class DeploymentDetail(DeploymentRow):
+    log: list[str] = Field(None, description="the log's last lines, when ?log=N asks for them")
+
+
+class DeploymentList(Schema):
+    deployments: list[DeploymentRow]
+
+
+class DeploymentOut(Schema):
+    deployment: DeploymentRow
+
+
+class DeploymentDetailOut(Schema):
+    deployment: DeploymentDetail
+
+
+class RuntimeRow(Schema):
+    id: int
+    name: str
+    host: str
+    engine: str
+    kind: str
+    path: str
+    image: str
+    version: str
+    torch_cuda: str
+    cuda_archs: list[str]
+    detect_status: str
+    detect_detail: str
+    detected_at: Optional[str]
+
+
+class RuntimeList(Schema):
+    runtimes: list[RuntimeRow]
+
+
+class RuntimeOut(Schema):
+    runtime: RuntimeRow
+
+
+class CommandPreview(Schema):
+    """The exact command for the form's values, or the problems per field (then command is "")."""
+
+    command: str
+    errors: dict[str, list[str]]
+    note: str = Field("", description="how the port was chosen (only with a command)")
+
+
+class LogQuery(Schema):
+    log: Annotated[Optional[Count], Blank] = Field(None, description="also return the log's last N lines "
+                                                                     "(at most 1000)")

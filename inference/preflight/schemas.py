@@ -1,0 +1,108 @@
+"""What POST /api/preflight takes and returns.
+
+The request is the launch form's fields plus what to check them against (see
+inference.preflight.forms): here each is checked for its type (a number where a number
+goes, no NUL, an id a database column holds); the form then checks the values as the
+plan page and the launch form do, and names every field it refuses at once.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional, Union
+
+from dashboard.api import Blank, Schema, Text
+from inference.deployments.schemas import (Arguments, GpuIndexes, JsonObject, OptionalFloat, OptionalId,
+                                           OptionalInt)
+
+# Bytes and tokens come from the fit's arithmetic: whole numbers mostly, a float where a
+# ratio went into them; each is passed on as it was computed.
+Number = Union[int, float]
+
+
+class PreflightRequest(Schema):
+    """The launch form's fields (others, such as name or port, are ignored) and what to plan with."""
+
+    runtime: OptionalId = None
+    engine: Optional[Text] = None
+    engine_version: Optional[Text] = None
+    sm70_build: Annotated[Optional[bool], Blank] = None
+    model: OptionalId = None
+    preset: Optional[Text] = None
+    target: Optional[Text] = None
+    gpus: GpuIndexes = None
+    tensor_parallel_size: OptionalInt = None
+    dtype: Optional[Text] = None
+    quantization: Optional[Text] = None
+    max_model_len: OptionalInt = None
+    gpu_memory_utilization: OptionalFloat = None
+    kv_cache_dtype: Optional[Text] = None
+    attention_backend: Optional[Text] = None
+    max_num_seqs: OptionalInt = None
+    speculative_config: JsonObject = None
+    extra_args: Arguments = None
+
+    def form_data(self) -> dict:
+        """The values as the form reads a post: only what was given."""
+        return self.model_dump(exclude_none=True)
+
+
+class Finding(Schema):
+    level: str  # "error" | "warning"
+    code: str
+    message: str
+    fix: str
+
+
+class GpuBudget(Schema):
+    name: str
+    total_bytes: Number
+    budget_bytes: Number
+    weights_bytes: Number
+    overhead_bytes: Number
+    kv_cache_bytes: Number  # what is left for the cache (may be negative)
+    free_bytes: Number
+
+
+class FitReport(Schema):
+    """Will it fit: memory per GPU, cache capacity, and what to change when it does not."""
+
+    fits: bool
+    engine: str
+    gpus: list[GpuBudget]
+    weights_bytes: Number
+    weights_source: str
+    kv_bytes_per_token: Number
+    sliding_kv_bytes_per_token: Number
+    sliding_window: Optional[int]
+    state_bytes_per_sequence: Number
+    kv_cache_tokens: Number
+    max_model_len: Number
+    max_num_seqs: Number
+    max_context_at_concurrency: Number
+    max_concurrency_at_context: Number
+    concurrency_ratio: Number
+    errors: list[str]
+    suggestions: list[str]
+    notes: list[str]
+
+
+class GpuFacts(Schema):
+    name: str
+    total_bytes: Number
+    compute_capability: Optional[str]
+
+
+class RuntimeFacts(Schema):
+    engine: str
+    version: Optional[str]
+    name: Optional[str]
+    sm70_build: bool
+
+
+class PreflightOut(Schema):
+    findings: list[Finding]
+    fit: Optional[FitReport]
+    has_errors: bool
+    gpus: list[GpuFacts]
+    cpu_only: bool
+    runtime: RuntimeFacts
+    where: str
