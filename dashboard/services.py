@@ -8,16 +8,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerError
 
+from dashboard import jobs
 from dashboard.models import Account, Job
 from dashboard.roles import set_role
+from dashboard.tasks import run_worker_check
 
 MONITOR_HEARTBEAT_KEY = "kiln:monitor:{host}"
-
-
-class RedisUnavailable(Exception):
-    pass
 
 
 def one_time_password():
@@ -91,28 +88,21 @@ def monitor_heartbeats():
 
 def job_enqueue_worker_check(*, user):
     """Ask a worker to prove it runs tasks. The row records the outcome either way."""
-    from dashboard.tasks import run_worker_check
-
     job = Job.objects.create(kind=Job.Kind.WORKER_CHECK, created_by=user)
-    try:
-        run_worker_check.delay(job.pk)
-    except (BrokerError, redis.RedisError, OSError) as exc:
-        job_fail(job, f"Could not queue the job: Redis at {settings.REDIS_URL} did not answer ({exc}).")
+    jobs.enqueue(run_worker_check, job.pk, queue=settings.CELERY_TASK_DEFAULT_QUEUE, on_refused=job_fail)
+    job.refresh_from_db()  # failed already when the broker did not answer (outside a transaction)
     return job
 
 
 def job_claim(job_id, worker):
-    """Claim before work: zero rows updated means another worker has it."""
-    claimed = Job.objects.filter(pk=job_id, status=Job.Status.PENDING).update(
-        status=Job.Status.RUNNING, started=timezone.now(), worker=worker
-    )
-    return claimed == 1
+    """Claim before work: False means another worker has it."""
+    return jobs.claim(Job.objects.filter(pk=job_id, status=Job.Status.PENDING),
+                      status=Job.Status.RUNNING, started=timezone.now(), worker=worker)
 
 
 def job_succeed(job_id, result):
     Job.objects.filter(pk=job_id).update(status=Job.Status.SUCCEEDED, finished=timezone.now(), result=result)
 
 
-def job_fail(job, error):
-    Job.objects.filter(pk=job.pk).update(status=Job.Status.FAILED, finished=timezone.now(), error=error)
-    job.refresh_from_db()
+def job_fail(job_id, error):
+    Job.objects.filter(pk=job_id).update(status=Job.Status.FAILED, finished=timezone.now(), error=error)

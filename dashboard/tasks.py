@@ -1,3 +1,8 @@
+"""Celery task of the dashboard: the worker check.
+
+Tasks take a row id and call a service. Services import their tasks at module
+level (to enqueue them), so a task imports its service when it runs: no cycle.
+"""
 import os
 import platform
 import socket
@@ -5,11 +10,11 @@ import socket
 import celery
 from celery import shared_task
 
-from dashboard import services
-
 
 @shared_task(bind=True, name="dashboard.tasks.run_worker_check")
 def run_worker_check(self, job_id):
+    from dashboard import services
+
     worker = self.request.hostname or socket.gethostname()
     if not services.job_claim(job_id, worker):
         return

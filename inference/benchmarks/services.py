@@ -9,24 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import threading
 from pathlib import Path
 
-import redis
-from django.conf import settings
-from django.db import transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerError
 
+from dashboard import jobs
+from dashboard.celery import host_queue
 from inference.benchmarks import compare as compare_mod
 from inference.benchmarks.harness import BenchmarkError, LoadShape
 from inference.benchmarks.scenarios import SCENARIOS, Scenario, get_scenario, run_scenario
+from inference.benchmarks.tasks import benchmark_run
 from inference.models import BenchmarkRun, Deployment
 from monitoring.models import Gpu
-
-log = logging.getLogger(__name__)
 
 # What the "new run" form may change in a preset, with sane bounds.
 OVERRIDE_LIMITS = {
@@ -219,20 +215,12 @@ def benchmark_start(*, deployment: Deployment, scenario: str, user, label: str =
         model_name=snapshot["model"]["name"], engine=deployment.engine, gpu_name=snapshot["gpu"]["name"],
         progress={"phase": "queued", "percent": 0}, created_by=user,
     )
-    transaction.on_commit(lambda: _enqueue(run.pk, deployment.host))
+    jobs.enqueue(benchmark_run, run.pk, queue=host_queue(deployment.host), on_refused=_not_queued)
     return run
 
 
-def _enqueue(run_id: int, host: str) -> None:
-    from dashboard.celery import host_queue
-    from inference.benchmarks.tasks import benchmark_run
-
-    try:
-        benchmark_run.apply_async((run_id,), queue=host_queue(host))
-    except (BrokerError, redis.RedisError, OSError) as exc:
-        _finish(run_id, BenchmarkRun.Status.FAILED,
-                error=f"Could not queue the run: Redis at {settings.REDIS_URL} did not answer ({exc}).",
-                only_from=(BenchmarkRun.Status.QUEUED,))
+def _not_queued(run_id: int, reason: str) -> None:
+    _finish(run_id, BenchmarkRun.Status.FAILED, error=reason, only_from=(BenchmarkRun.Status.QUEUED,))
 
 
 def benchmark_cancel(*, run: BenchmarkRun, user=None) -> BenchmarkRun:
@@ -259,21 +247,9 @@ def _finish(run_id: int, status: str, *, error: str = "", only_from=None, **fiel
 def _publish(run_id: int) -> None:
     """Tell open pages (one group_send; consumers only forward)."""
     run = BenchmarkRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return
-    try:
-        from asgiref.sync import async_to_sync
-        from channels.layers import get_channel_layer
-
-        from monitoring.consumers import LIVE_GROUP
-
-        layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(LIVE_GROUP, {"type": "live.message", "payload": {
-                "type": "benchmark", "id": run.pk, "status": run.status, "colour": run.colour,
-                "progress": run.progress, "error": run.error}})
-    except Exception as exc:  # the row is the record; a missed live message only delays the page
-        log.warning("benchmark #%s: live update not sent: %s", run_id, exc)
+    if run is not None:
+        jobs.publish({"type": "benchmark", "id": run.pk, "status": run.status, "colour": run.colour,
+                      "progress": run.progress, "error": run.error})
 
 
 # --------------------------------------------------------------------------
@@ -325,10 +301,9 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
     half second, publishes it, and turns the row's cancel flag into the
     harness's cancel event.
     """
-    claimed = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.Status.QUEUED, cancel_requested=False) \
-        .update(status=BenchmarkRun.Status.RUNNING, started=timezone.now(), worker=worker,
-                progress={"phase": "preparing", "percent": 0})
-    if not claimed:
+    queued = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.Status.QUEUED, cancel_requested=False)
+    if not jobs.claim(queued, status=BenchmarkRun.Status.RUNNING, started=timezone.now(), worker=worker,
+                      progress={"phase": "preparing", "percent": 0}):
         return
     run = BenchmarkRun.objects.select_related("deployment").get(pk=run_id)
     _publish(run_id)
@@ -361,11 +336,10 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
         except BaseException as exc:  # reported on the row below
             outcome["error"] = exc
 
-    thread = threading.Thread(target=measure, name=f"benchmark-{run_id}", daemon=True)
-    thread.start()
     written = None
-    while thread.is_alive():
-        thread.join(PROGRESS_INTERVAL_S)
+
+    def push() -> None:  # on this (the task's) thread: the ORM is fine here
+        nonlocal written
         value = latest.get("value")
         if value is not None and value != written:
             BenchmarkRun.objects.filter(pk=run_id).update(progress=value)
@@ -373,6 +347,8 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
             _publish(run_id)
         if not cancel.is_set() and BenchmarkRun.objects.filter(pk=run_id, cancel_requested=True).exists():
             cancel.set()
+
+    jobs.run_with_progress(measure, push=push, every=PROGRESS_INTERVAL_S, name=f"benchmark-{run_id}")
     _record(run, scenario, outcome, cancel.is_set(), latest.get("value") or {})
     _publish(run_id)
 

@@ -27,10 +27,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from dashboard import jobs
+from dashboard.celery import host_queue
 from inference.engines import InvalidLaunch, get_engine
 from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
 from inference.deployments.presets import PYPI_PACKAGE, Preset, get_preset
 from inference.deployments import supervisor
+from inference.deployments.tasks import detect_runtime, launch_deployment, stop_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +72,8 @@ def runtime_register(*, host, name, engine, kind, path="", image="", user=None, 
 
 
 def runtime_queue_detect(*, runtime):
-    from dashboard.celery import host_queue
-    from inference.deployments.tasks import detect_runtime
-
     EngineRuntime.objects.filter(pk=runtime.pk).update(detect_status=EngineRuntime.DetectStatus.PENDING)
-    transaction.on_commit(lambda: _send(detect_runtime, runtime.pk, host_queue(runtime.host), runtime_failed))
+    _send(detect_runtime, runtime.pk, host_queue(runtime.host), runtime_failed)
 
 
 def runtime_detect(*, runtime_id):
@@ -249,20 +249,19 @@ def preset_profile(*, preset_slug, user=None, host=None) -> LaunchProfile:
 # --------------------------------------------------------------------------- deployments
 
 
-def _send(task, obj_id, queue, on_error):
-    """Queue a task; if the broker is down, record that on the row instead of a 500."""
-    import redis
-    from kombu.exceptions import OperationalError
-
-    try:
-        task.apply_async((obj_id,), queue=queue)
-    except (OperationalError, redis.RedisError, OSError) as exc:
-        on_error(obj_id, f"Could not queue the task: Redis at {settings.REDIS_URL} did not answer ({exc}).")
+def _send(task, row_id, queue, on_refused):
+    """Queue a host task once the transaction commits; a broker that does not
+    answer is written on the row by `on_refused` (dashboard.jobs.enqueue)."""
+    jobs.enqueue(task, row_id, queue=queue, on_refused=on_refused)
 
 
 def _launch_not_queued(deployment_id, message):
     Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
         status=Deployment.Status.FAILED, failure=message, stopped=timezone.now())
+
+
+def _stop_not_queued(deployment_id, message):
+    Deployment.objects.filter(pk=deployment_id).update(hint=message)
 
 
 class PreflightRefused(DeploymentError):
@@ -296,8 +295,6 @@ def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> D
     Preflight runs first: its errors refuse the launch unless the operator
     overrides them; what it said (and any override) is recorded on the row.
     """
-    from dashboard.celery import host_queue
-    from inference.deployments.tasks import launch_deployment
     from inference.preflight.services import launch_allowed, record_preflight
 
     problems = profile_problems(profile)
@@ -315,18 +312,15 @@ def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> D
             phases=[{"phase": "queued", "at": time.time()}],
         )
         record_preflight(dep, preflight, override)
-        transaction.on_commit(lambda: _send(launch_deployment, dep.pk, host_queue(dep.host), _launch_not_queued))
+        _send(launch_deployment, dep.pk, host_queue(dep.host), _launch_not_queued)
     return dep
 
 
 def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
     """Ask the host to stop a deployment (SIGTERM, then SIGKILL after the grace period)."""
-    from dashboard.celery import host_queue
-    from inference.deployments.tasks import stop_deployment
-
     live = [s for s in Deployment.ACTIVE if s != Deployment.Status.STOPPING]
-    claimed = Deployment.objects.filter(pk=deployment.pk, status__in=live).update(
-        status=Deployment.Status.STOPPING, stop_requested=True)
+    claimed = jobs.claim(Deployment.objects.filter(pk=deployment.pk, status__in=live),
+                         status=Deployment.Status.STOPPING, stop_requested=True)
     deployment.refresh_from_db()
     if not claimed:
         if deployment.status == Deployment.Status.STOPPING:
@@ -337,8 +331,7 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
             raise DeploymentError(f"{deployment.name} is {deployment.get_status_display().lower()}; "
                                   "there is nothing to stop.", code="not_running")
     deployment_record_phase(deployment.pk, "stopping")
-    transaction.on_commit(lambda: _send(stop_deployment, deployment.pk, host_queue(deployment.host),
-                                        lambda pk, msg: Deployment.objects.filter(pk=pk).update(hint=msg)))
+    _send(stop_deployment, deployment.pk, host_queue(deployment.host), _stop_not_queued)
     return deployment
 
 
@@ -403,10 +396,8 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     """The launch task's work: claim pending -> starting, spawn, record the handle."""
     from inference.deployments.supervisor import WatchState
 
-    now = timezone.now()
-    claimed = Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
-        status=Deployment.Status.STARTING, phase="starting", started=now)
-    if not claimed:
+    if not jobs.claim(Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING),
+                      status=Deployment.Status.STARTING, phase="starting", started=timezone.now()):
         return None
     dep = Deployment.objects.select_related("profile__runtime").get(pk=deployment_id)
     deployment_record_phase(dep.pk, "starting")

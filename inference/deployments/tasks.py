@@ -1,22 +1,28 @@
 """Host-side work for deployments, run by the worker on queue host.<name>.
 
 Tasks take ids and call inference.deployments.services; the rows are the record.
+The services import this module to enqueue, so a task imports the services when
+it runs (no import cycle).
 """
 from celery import shared_task
-
-from inference.deployments import services as deployments
 
 
 @shared_task(name="inference.deployment_tasks.detect_runtime")
 def detect_runtime(runtime_id):
+    from inference.deployments import services as deployments
+
     deployments.runtime_detect(runtime_id=runtime_id)
 
 
 @shared_task(name="inference.deployment_tasks.launch_deployment")
 def launch_deployment(deployment_id):
+    from inference.deployments import services as deployments
+
     deployments.deployment_start_process(deployment_id=deployment_id)
 
 
 @shared_task(name="inference.deployment_tasks.stop_deployment")
 def stop_deployment(deployment_id):
+    from inference.deployments import services as deployments
+
     deployments.deployment_stop_process(deployment_id=deployment_id)

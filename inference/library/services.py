@@ -28,17 +28,14 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerError
 
+from dashboard import jobs
 from dashboard.celery import host_queue
-from inference.library import selectors
+from inference.library import selectors, tasks
 from inference.library.downloader import (PART_SUFFIX, VERIFIED_MANIFEST, DownloadCancelled, DownloadError,
                                   NotEnoughDiskSpace, check_disk_space, download, hash_file,
                                   import_local, target_path, verify_folder)
@@ -75,15 +72,9 @@ class LibraryError(Exception):
 def publish(artifact=None, *, deleted_id=None):
     """One message of type "download" to every open tab (the list's progress bars)."""
     if deleted_id is not None:
-        payload = {"type": "download", "id": deleted_id, "deleted": True}
+        jobs.publish({"type": "download", "id": deleted_id, "deleted": True})
     else:
-        payload = {"type": "download", **artifact.live_dict()}
-    try:
-        from monitoring.consumers import LIVE_GROUP
-
-        async_to_sync(get_channel_layer().group_send)(LIVE_GROUP, {"type": "live.message", "payload": payload})
-    except Exception as exc:  # the row is the record; a missed message only delays the bar
-        logger.warning("could not publish download progress: %s", exc)
+        jobs.publish({"type": "download", **artifact.live_dict()})
 
 
 def _publish_row(artifact_id):
@@ -214,23 +205,17 @@ def _describe(folder, files):
 
 
 def _enqueue(artifact):
-    from inference.library import tasks
-
     artifact.refresh_from_db()  # the caller changed the row with update(): read its job anew
     task = {Job.DOWNLOAD: tasks.download_model, Job.VERIFY: tasks.reverify_model, Job.IMPORT: tasks.import_local_model}[artifact.job]
-
-    def send():
-        try:
-            task.apply_async(args=[artifact.pk], queue=host_queue(artifact.host))
-        except (BrokerError, redis.RedisError, OSError) as exc:
-            ModelArtifact.objects.filter(pk=artifact.pk, status=Status.QUEUED).update(
-                status=Status.FAILED, finished=timezone.now(),
-                error=f"Could not queue the job: Redis at {settings.REDIS_URL} did not answer ({exc}). Resume it once Redis is back.")
-
-    transaction.on_commit(send)
+    jobs.enqueue(task, artifact.pk, queue=host_queue(artifact.host), on_refused=_not_queued)
     artifact.refresh_from_db()
     publish(artifact)
     return artifact
+
+
+def _not_queued(artifact_id, reason):
+    ModelArtifact.objects.filter(pk=artifact_id, status=Status.QUEUED).update(
+        status=Status.FAILED, finished=timezone.now(), error=f"{reason} Resume it once Redis is back.")
 
 
 def _overlap_check(folder, paths, exclude_id=None):
@@ -509,22 +494,7 @@ class _Run:
         publish(row)
 
     def run(self, work):
-        box = {}
-
-        def target():
-            try:
-                box["value"] = work(self)
-            except BaseException as exc:  # handed to the caller below
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name=f"model-{self.pk}", daemon=True)
-        thread.start()
-        while thread.is_alive():
-            thread.join(PUSH_INTERVAL)
-            self.push()
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
+        return jobs.run_with_progress(lambda: work(self), push=self.push, every=PUSH_INTERVAL, name=f"model-{self.pk}")
 
     def finish(self, **fields):
         """The last write of this run; only while the claim is still ours."""
@@ -540,10 +510,9 @@ class _Run:
 def _claim(artifact_id, job, working_status, worker):
     claim = uuid.uuid4().hex
     now = timezone.now()
-    got = ModelArtifact.objects.filter(pk=artifact_id, status=Status.QUEUED, job=job).update(
-        status=working_status, claim=claim, worker=worker, pid=os.getpid(), heartbeat=now, started=now,
-        finished=None, error="", cancel_requested=False)
-    if not got:
+    if not jobs.claim(ModelArtifact.objects.filter(pk=artifact_id, status=Status.QUEUED, job=job),
+                      status=working_status, claim=claim, worker=worker, pid=os.getpid(), heartbeat=now, started=now,
+                      finished=None, error="", cancel_requested=False):
         return None, None
     return _publish_row(artifact_id), claim
 
