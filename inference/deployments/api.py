@@ -127,6 +127,6 @@ def runtime_register(request, body: RuntimeRequest = None):
     return Status(201, {"runtime": selectors.runtime_dict(runtime)})
 
 
-@api.get("runtimes/{runtime_id}", response={200: RuntimeOut, 404: ErrorOut}, url_name="api_runtime")
+@api.get("runtimes/{runtime_id}", response={200: RuntimeOut, 400: ErrorOut, 404: ErrorOut}, url_name="api_runtime")
 def runtime_detail(request, runtime_id: RowId):
     return {"runtime": selectors.runtime_dict(selectors.runtime_get_or_404(runtime_id))}

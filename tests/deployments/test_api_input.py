@@ -189,7 +189,8 @@ def test_the_command_preview_refuses_wrong_types_naming_the_field(api, runtime, 
 
 def test_the_command_preview_takes_json_lists_and_objects_for_the_forms_text_fields(api, runtime):
     body = {"name": "demo", "runtime": runtime.pk, "model_path": "/models/m.gguf", "gpus": [0],
-            "tensor_parallel_size": 1, "bind_host": "127.0.0.1", "extra_args": ["--threads", 2], "env": {"LLAMA_ARG_X": "1"}, "port": 8123, "max_model_len": 4096,
+            "tensor_parallel_size": 1, "bind_host": "127.0.0.1", "extra_args": ["--threads", 2],
+            "env": {"LLAMA_ARG_X": "1"}, "port": 8123, "max_model_len": 4096,
             "enable_prefix_caching": True, "trust_remote_code": False}
     data = post(api, "/api/launch-profiles/preview", body).json()
     assert data["errors"] == {} and data["note"] == ""
