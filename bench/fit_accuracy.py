@@ -1,6 +1,6 @@
 """How close is the fit calculator to the truth? Weights within 3 %, KV cache per token exact.
 
-    /work/main/.venv/bin/python bench/fit_accuracy.py
+    .venv/bin/python bench/fit_accuracy.py     (from the repository root)
 
 Truth comes from tests/preflight/fit_truth.py (tensor-by-tensor counts of each
 checkpoint) and, for the GGUF demo model, from the file's own bytes on disk.
@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from inference.preflight import fit  # noqa: E402
 from tests.preflight import fit_truth# noqa: E402
 
-FIXTURES = ROOT / "tests" / "inference" / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def config(name):

@@ -235,10 +235,11 @@ def report_ttft(args, ttft):
 def start_llama(Deployment):
     from inference.deployments import supervisor
     from inference.engines import Runtime, get_engine
-    from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
+    from inference.deployments.presets import GEMMA_DEMO
+    from tests.helpers import LLAMA_WRAPPER as wrapper
+    from tests.helpers import demo_model_path
 
-    wrapper = Path(sys.executable).parent / "llama-cpp-server"
-    model = assemble_demo_model("/tmp/kiln-test-cache")
+    model = demo_model_path()
     engine = get_engine("llamacpp")
     spec = GEMMA_DEMO.spec(model, extra_args=["--threads", "2"])
     started = supervisor.launch(engine, spec, Runtime("llamacpp", "executable", str(wrapper)),

@@ -4,13 +4,9 @@ Everything binds 127.0.0.1 on a free port and is stopped at the end.
 """
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,35 +14,19 @@ import redis as redis_lib
 from django.conf import settings
 
 from dashboard.standalone import find_redis_server
+from tests.helpers import REPO, child_env, free_port, stop_group, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Fixtures that start a real llama-server: a test using one is marked `engine`.
+ENGINE_FIXTURES = {"demo_engine", "llama", "llama_server"}
 
 
-def wait_until(predicate, timeout, message, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s: {message}")
-
-
-def stop_group(process, grace=10):
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope="session")
@@ -79,22 +59,6 @@ def redis_server():
 def redis_clean(redis_server):
     redis_lib.Redis.from_url(redis_server).flushall()
     return redis_server
-
-
-def child_env(**extra):
-    """The environment of a Kiln process sharing this test run's database and Redis."""
-    db_name = settings.DATABASES["default"]["NAME"]
-    env = dict(os.environ)
-    env.update(
-        PYTHONUNBUFFERED="1",
-        DJANGO_SETTINGS_MODULE="dashboard.settings",
-        DATA_DIR=str(settings.DATA_DIR),
-        REDIS_URL=settings.REDIS_URL,
-        DATABASE_URL=f"sqlite:///{db_name}",
-        KILN_HOST_NAME=settings.HOST_NAME,
-    )
-    env.update(extra)
-    return env
 
 
 @pytest.fixture

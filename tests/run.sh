@@ -3,6 +3,8 @@
 # the browser tests, creates .venv with requirements.txt + tests/requirements.txt
 # (the first time builds llama.cpp: about 10 minutes), then runs pytest.
 # Extra arguments go to pytest, e.g. `bash tests/run.sh tests/dashboard -x`.
+# For a quick local run skip the tests that start a real llama-server:
+# `bash tests/run.sh -m "not engine"` (CI runs them all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

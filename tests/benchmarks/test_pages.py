@@ -2,13 +2,11 @@
 demo deployment, watch its progress, open two runs side by side.
 
 Screenshots land in test-artifacts/ (git ignores it)."""
-from pathlib import Path
 
 import pytest
 
 from inference.models import BenchmarkRun
-from tests.conftest import REPO, wait_until
-from tests.benchmarks.demo_deployment import demo_deployment, demo_engine  # noqa: F401 (fixtures)
+from tests.helpers import REPO, wait_until
 
 ARTIFACTS = REPO / "test-artifacts"
 

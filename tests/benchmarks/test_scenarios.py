@@ -5,7 +5,6 @@ import threading
 
 import pytest
 
-from inference.benchmarks.harness import ServerTokenizer
 from inference.benchmarks.scenarios import (
     SCENARIOS,
     build_prompt,

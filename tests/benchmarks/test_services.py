@@ -7,8 +7,7 @@ import json
 import pytest
 
 from inference.models import BenchmarkRun
-from tests.conftest import wait_until
-from tests.benchmarks.demo_deployment import demo_deployment, demo_engine  # noqa: F401 (fixtures)
+from tests.helpers import wait_until
 
 VLLM_KEYS = ["date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
              "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",

@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from dashboard import env
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_envbool_accepts_the_usual_words(monkeypatch):

@@ -10,7 +10,7 @@ from django.test import override_settings
 from kombu.exceptions import OperationalError as BrokerError
 
 from dashboard.models import Job
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 
 def test_worker_check_runs_on_a_real_worker(client, operator, celery_worker):

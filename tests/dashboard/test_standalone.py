@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import REPO, free_port, wait_until
+from tests.helpers import REPO, free_port, wait_until
 
 
 class Runner:

@@ -3,7 +3,7 @@ upgrade carries its name, and the worker after the upgrade must still know it.
 The names are pinned with name=, so moving a module never renames a task."""
 from dashboard.celery import app
 from dashboard.models import Job
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 # Every name a released Kiln has put on the queue. Never remove one: add new names.
 PINNED = {

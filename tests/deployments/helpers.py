@@ -1,16 +1,10 @@
-"""Test helpers for deployments: fake engines as real processes, rows, waiting."""
-import os
-import socket
+"""Test helpers for deployments: fake engines as real processes, rows."""
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 from inference.models import Deployment, EngineRuntime, LaunchProfile
 
 PY = sys.executable
-WRAPPER = Path(PY).parent / "llama-cpp-server"
-DEMO_CACHE = "/tmp/kiln-test-cache"
 
 # A stand-in for llama-server: logs like it, answers /health on --port, and
 # behaves as told by the FAKE_MODE environment variable.
@@ -48,12 +42,6 @@ def fake_server(tmp_path) -> str:
     return str(path)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_profile(*, host, runtime_path, name="fake", env=None, port=None, model_path="/models/fake.gguf", **kw):
     runtime = EngineRuntime.objects.create(host=host, name=f"{name} runtime", engine="llamacpp", kind="executable",
                                            path=runtime_path)
@@ -65,22 +53,3 @@ def make_deployment(profile) -> Deployment:
     return Deployment.objects.create(name=profile.name, host=profile.host, profile=profile,
                                      engine_name=profile.runtime.engine, bind_host=profile.bind_host)
 
-
-def wait_until(predicate, timeout, message, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s: {message}")
-
-
-def pid_alive(pid) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

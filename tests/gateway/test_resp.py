@@ -11,7 +11,7 @@ import redis.exceptions
 
 from dashboard.standalone import find_redis_server
 from inference.gateway.resp import Lean, Script
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 
 def run(coro):

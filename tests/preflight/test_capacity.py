@@ -1,10 +1,10 @@
 """vLLM's own start-up lines about memory, as real logs print them, and estimate vs actual."""
 import json
-from pathlib import Path
 
 from inference.preflight import fit
 from inference.preflight.fit import GPU, GiB, LaunchSettings
 from inference.preflight.capacity import compare_with_estimate, parse_vllm_capacity
+from tests.helpers import FIXTURES
 
 # A V1 start (vLLM late 2025), lines as printed by an EngineCore process
 # (the loading line is from a real log; the KV lines follow kv_cache_utils' merged format).
@@ -72,7 +72,7 @@ def test_unrelated_or_broken_lines_are_ignored():
 
 
 def test_estimate_vs_actual_rows():
-    cfg = json.loads((Path(__file__).parent / "fixtures" / "llama3_8b_config.json").read_text())
+    cfg = json.loads((FIXTURES / "llama3_8b_config.json").read_text())
     report = fit.fit_from_config(cfg, [GPU("A100", 80 * GiB, "8.0")], LaunchSettings(max_model_len=8192))
     actual = {"model_loading_gib": 14.99, "available_kv_cache_gib": 54.2, "kv_cache_tokens": 443_904,
               "max_concurrency": 54.19}

@@ -1,15 +1,14 @@
 """The VRAM fit calculator against configs of real models, with hand-checked numbers."""
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from inference.preflight import fit
 from inference.preflight.fit import GPU, FitError, LaunchSettings, GiB
+from tests.helpers import FIXTURES
 from tests.preflight import fit_truth
 
-FIXTURES = Path(__file__).parent / "fixtures"
 V100 = GPU("Tesla V100-SXM2-32GB", 32 * GiB, "7.0")
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from inference.deployments import presets
 from inference.models import EngineRuntime
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.mark.browser

@@ -1,6 +1,5 @@
 """Preflight rules: the V100 presets, each rule's trigger, and the rules file itself."""
 import json
-from pathlib import Path
 
 import pytest
 
@@ -8,8 +7,8 @@ from inference.preflight import fit
 from inference.preflight import rules as preflight
 from inference.preflight.fit import GPU, GiB, LaunchSettings
 from inference.preflight.rules import RuntimeInfo, check, has_errors
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 V100 = GPU("Tesla V100-SXM2-32GB", 32 * GiB, "7.0", driver_cuda_version="12.8")
 A100 = GPU("NVIDIA A100-SXM4-80GB", 80 * GiB, "8.0", driver_cuda_version="12.8")
 

