@@ -16,9 +16,12 @@ signed-in session, like every other route.
 from __future__ import annotations
 
 import json
+from functools import wraps
 from typing import Annotated, Any
 
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from django.http.request import RawPostDataException
 from ninja import NinjaAPI, Router
@@ -87,18 +90,6 @@ def json_error(code, message, status=400, **extra):
     return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
 
 
-def json_body(request):
-    """The request's JSON object (or its form fields as a dict); None when the JSON is broken.
-    Only for views not yet moved onto `api`."""
-    if request.content_type == "application/json":
-        try:
-            data = json.loads(request.body or b"{}")
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-    return request.POST.dict()
-
-
 class KilnParser(Parser):
     """JSON bodies; an HTML form's fields as a flat dict (pages post both)."""
 
@@ -117,9 +108,11 @@ class Session(SessionAuth):
     def __call__(self, request):
         # Read the body first: the CSRF check parses a multipart form from the request's
         # stream, after which the body parser could no longer read it (a 500, not a 400).
+        # A body too large to hold in memory is left to stream: an uploaded file (a
+        # benchmark result of many MiB) is read from request.FILES, not from the body.
         try:
             request.body  # noqa: B018 -- cached on the request for the body parser
-        except RawPostDataException:
+        except (RawPostDataException, RequestDataTooBig):
             pass
         return super().__call__(request)
 
@@ -140,6 +133,23 @@ class OperatorSession(Session):
 session = Session()
 operator = OperatorSession()
 
+
+def signed_in_docs(view):
+    """The OpenAPI document and its page need a signed-in user. Anonymous callers
+    of the document get the API's 401 (what the login middleware answers under
+    /api/); the page, opened in a browser, goes to the login page and back."""
+
+    @wraps(view)
+    def checked(request, *args, **kwargs):
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.resolver_match.url_name == "openapi-view":
+            return redirect_to_login(request.get_full_path())
+        return json_error("not_authenticated", "Sign in first: this endpoint needs a Kiln session.", 401)
+
+    return login_not_required(checked)
+
+
 api = NinjaAPI(
     title="Kiln API",
     version="1",
@@ -148,6 +158,7 @@ api = NinjaAPI(
     urls_namespace="api",
     auth=session,
     parser=KilnParser(),
+    docs_decorator=signed_in_docs,
 )
 
 

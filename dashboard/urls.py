@@ -3,13 +3,17 @@ from django.urls import include, path
 
 from dashboard import views
 from dashboard.api import api
+from dashboard.api_routes import api as dashboard_api
+from inference.benchmarks.api import api as benchmarks_api
 from inference.deployments.api import api as deployments_api
 from inference.library.api import api as library_api
 from inference.preflight.api import api as preflight_api
 
+api.add_router("", dashboard_api)
 api.add_router("", library_api)
 api.add_router("", deployments_api)
 api.add_router("", preflight_api)
+api.add_router("", benchmarks_api)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -22,9 +26,6 @@ urlpatterns = [
     path("users/<int:user_id>/role", views.user_role, name="user_role"),
     path("users/<int:user_id>/reset-password", views.user_reset_password, name="user_reset_password"),
     path("api/", api.urls),
-    path("api/status", views.api_status, name="api_status"),
-    path("api/jobs/worker-check", views.api_worker_check, name="api_worker_check"),
-    path("api/jobs/<int:job_id>", views.api_job, name="api_job"),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
     path("", include("inference.gateway.urls")),

@@ -27,38 +27,6 @@ def home(request):
     return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
 
 
-@require_GET
-def api_status(request):
-    """Redis, the monitor processes and (on request) the Celery workers."""
-    status = {"host": settings.HOST_NAME, "redis": {"ok": True, "error": None}, "monitors": [], "workers": None}
-    error = services.redis_check()
-    if error:
-        status["redis"] = {"ok": False, "error": error}
-        return JsonResponse(status)
-    status["monitors"] = services.monitor_heartbeats()
-    if request.GET.get("workers"):
-        from dashboard.celery import app
-
-        replies = app.control.ping(timeout=1.0) or []
-        status["workers"] = sorted(name for reply in replies for name in reply)
-    return JsonResponse(status)
-
-
-@require_POST
-@operator_required
-def api_worker_check(request):
-    job = services.job_enqueue_worker_check(user=request.user)
-    return JsonResponse({"job": job.as_dict()}, status=202 if job.status != Job.Status.FAILED else 503)
-
-
-@require_GET
-def api_job(request, job_id):
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return JsonResponse({"error": {"code": "not_found", "message": f"No job #{job_id}."}}, status=404)
-    return JsonResponse({"job": job.as_dict()})
-
-
 class PasswordChangeView(auth_views.PasswordChangeView):
     template_name = "registration/password_change.html"
 

@@ -24,7 +24,8 @@ from inference.benchmarks.tasks import benchmark_run
 from inference.models import BenchmarkRun, Deployment
 from monitoring.models import Gpu
 
-# What the "new run" form may change in a preset, with sane bounds.
+# What the "new run" form may change in a preset, with sane bounds (the API's
+# schema, inference/benchmarks/schemas.py, takes its bounds from here too).
 OVERRIDE_LIMITS = {
     "num_prompts": (1, 10000),
     "num_warmups": (0, 100),
@@ -69,8 +70,9 @@ def scenario_with_overrides(name: str, overrides: dict | None = None) -> Scenari
                 levels = tuple(int(v) for v in levels)
             except (TypeError, ValueError):
                 raise BenchmarkInputError("sweep: give concurrency levels as whole numbers, e.g. 1,2,4.") from None
-            if not levels or any(not 1 <= v <= 4096 for v in levels):
-                raise BenchmarkInputError("sweep: every concurrency level must be between 1 and 4096.")
+            low, high = OVERRIDE_LIMITS["concurrency"]  # a sweep's levels are concurrencies
+            if not levels or any(not low <= v <= high for v in levels):
+                raise BenchmarkInputError(f"sweep: every concurrency level must be between {low} and {high}.")
             changes["sweep"] = levels
             continue
         if key not in OVERRIDE_LIMITS:

@@ -1,15 +1,11 @@
-"""Benchmark pages and their JSON API. Thin: inference/benchmarks/services.py does the work."""
-import json
-
+"""Benchmark pages (their JSON API is inference/benchmarks/api.py). Thin: services.py does the work."""
 from django.contrib import messages
-from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.api import json_error
 from dashboard.roles import operator_required
 from inference.benchmarks import services as svc
-from inference.models import BenchmarkRun, Deployment
+from inference.models import BenchmarkRun
 
 
 def _filters(request):
@@ -125,98 +121,3 @@ def benchmark_import_page(request):
         return redirect("benchmarks")
     messages.success(request, f"Imported {upload.name} as run #{run.pk} ({len(run.result)} result(s)).")
     return redirect("benchmark_detail", run_id=run.pk)
-
-
-# ---------------------------------------------------------------- API
-
-
-@require_http_methods(["GET", "POST"])
-def api_benchmarks(request):
-    if request.method == "POST":
-        return _api_start(request)
-    runs = svc.runs_filtered(**_filters(request))[:500]
-    return JsonResponse({"runs": [svc.run_as_dict(r) for r in runs]})
-
-
-@operator_required
-def _api_start(request):
-    try:
-        body = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST.dict()
-    except ValueError:
-        return json_error("invalid", "The request body is not JSON.")
-    if not isinstance(body, dict):
-        return json_error("invalid", "Send a JSON object: {\"deployment\": id, \"scenario\": name}.")
-    try:
-        deployment_id = int(body.get("deployment"))
-    except (TypeError, ValueError):
-        return json_error("invalid", "deployment: choose a ready deployment (its id).")
-    deployment = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
-    if deployment is None:
-        return json_error("not_found", f"No deployment #{deployment_id}.", 404)
-    overrides = {k: body.get(k) for k in (*svc.OVERRIDE_LIMITS, "sweep") if k in body}
-    try:
-        run = svc.benchmark_start(deployment=deployment, scenario=str(body.get("scenario") or ""),
-                                  user=request.user, label=str(body.get("label") or ""), overrides=overrides)
-    except svc.BenchmarkInputError as exc:
-        return json_error(exc.code, str(exc), 409 if exc.code == "not_ready" else 400)
-    return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
-
-
-@require_GET
-def api_benchmark(request, run_id):
-    run = BenchmarkRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
-    return JsonResponse({"run": svc.run_as_dict(run, detailed=True)})
-
-
-@require_POST
-@operator_required
-def api_benchmark_cancel(request, run_id):
-    run = BenchmarkRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
-    try:
-        run = svc.benchmark_cancel(run=run, user=request.user)
-    except svc.BenchmarkInputError as exc:
-        return json_error(exc.code, str(exc), 409)
-    return JsonResponse({"run": svc.run_as_dict(run)}, status=202)
-
-
-@require_POST
-@operator_required
-def api_benchmark_import(request):
-    upload = request.FILES.get("file")
-    if upload is not None:
-        data, name = upload.read(), upload.name
-    else:
-        data, name = request.body, request.GET.get("name", "")
-    try:
-        run = svc.benchmark_import(data=data, file_name=name, user=request.user, label=request.POST.get("label", ""))
-    except svc.BenchmarkInputError as exc:
-        return json_error(exc.code, str(exc))
-    return JsonResponse({"run": svc.run_as_dict(run, detailed=True)}, status=201)
-
-
-@require_GET
-def api_benchmark_export(request, run_id):
-    run = BenchmarkRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return json_error("not_found", f"No benchmark run #{run_id}.", 404)
-    if not run.result:
-        return json_error("no_result", f"Run #{run_id} is {run.status} and has no result to export yet.", 409)
-    body = json.dumps(svc.benchmark_export(run), indent=2, default=str)
-    response = HttpResponse(body, content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="kiln-benchmark-{run.pk}.json"'
-    return response
-
-
-@require_GET
-def api_benchmarks_compare(request):
-    try:
-        runs = _runs_for(_parse_ids(request.GET.get("ids")))
-        baseline = int(request.GET["baseline"]) if request.GET.get("baseline", "").isdigit() else None
-        data = svc.compare_runs(runs, baseline, _bandwidth(request))
-    except svc.BenchmarkInputError as exc:
-        return json_error(exc.code, str(exc), 404 if exc.code == "not_found" else 400)
-    return JsonResponse(data)
