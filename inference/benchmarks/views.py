@@ -48,7 +48,7 @@ def _runs_for(ids):
 def benchmarks(request):
     filters = _filters(request)
     runs = svc.runs_filtered(**filters)[:200]
-    return render(request, "inference/benchmarks.html", {
+    return render(request, "benchmarks/benchmarks.html", {
         "runs": runs, "filters": filters, "choices": svc.filter_choices(),
         "deployments": svc.ready_deployments(), "scenarios": svc.scenario_choices(),
     })
@@ -63,7 +63,7 @@ def benchmark_detail(request, run_id):
     except svc.BenchmarkInputError as exc:
         messages.error(request, str(exc))
         bandwidth = None
-    return render(request, "inference/benchmarks_detail.html", {
+    return render(request, "benchmarks/benchmarks_detail.html", {
         "run": run, "steps": data["result"], "charts": svc.chart_data([run]), "roofline": svc.roofline(run, bandwidth),
         "metric_rows": [(name, [_fmt(s.get(name)) for s in data["result"]]) for name in _metric_names(data["result"])],
     })
@@ -95,7 +95,7 @@ def benchmark_compare(request):
         data = svc.compare_runs(runs, baseline, _bandwidth(request))
     except svc.BenchmarkInputError as exc:
         context["error"] = str(exc)
-        return render(request, "inference/benchmarks_compare.html", context, status=400)
+        return render(request, "benchmarks/benchmarks_compare.html", context, status=400)
     table = data["table"]
     rows = [{"metric": row["metric"], "better": row["better"],
              "cells": list(zip(row["values"], row["ratios"], row["verdicts"]))} for row in table["rows"]]
@@ -103,7 +103,7 @@ def benchmark_compare(request):
     context.update({"runs": runs, "table": table, "rows": rows, "args": args, "data": data,
                     "roof_pairs": list(zip(runs, data["rooflines"])),
                     "baseline_id": runs[table["baseline"]].pk})
-    return render(request, "inference/benchmarks_compare.html", context)
+    return render(request, "benchmarks/benchmarks_compare.html", context)
 
 
 @require_POST

@@ -73,7 +73,7 @@ def runtime_register(*, host, name, engine, kind, path="", image="", user=None, 
 
 def runtime_queue_detect(*, runtime):
     EngineRuntime.objects.filter(pk=runtime.pk).update(detect_status=EngineRuntime.DetectStatus.PENDING)
-    _send(detect_runtime, runtime.pk, host_queue(runtime.host), runtime_failed)
+    jobs.enqueue(detect_runtime, runtime.pk, queue=host_queue(runtime.host), on_refused=runtime_failed)
 
 
 def runtime_detect(*, runtime_id):
@@ -249,12 +249,6 @@ def preset_profile(*, preset_slug, user=None, host=None) -> LaunchProfile:
 # --------------------------------------------------------------------------- deployments
 
 
-def _send(task, row_id, queue, on_refused):
-    """Queue a host task once the transaction commits; a broker that does not
-    answer is written on the row by `on_refused` (dashboard.jobs.enqueue)."""
-    jobs.enqueue(task, row_id, queue=queue, on_refused=on_refused)
-
-
 def _launch_not_queued(deployment_id, message):
     Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
         status=Deployment.Status.FAILED, failure=message, stopped=timezone.now())
@@ -312,7 +306,7 @@ def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> D
             phases=[{"phase": "queued", "at": time.time()}],
         )
         record_preflight(dep, preflight, override)
-        _send(launch_deployment, dep.pk, host_queue(dep.host), _launch_not_queued)
+        jobs.enqueue(launch_deployment, dep.pk, queue=host_queue(dep.host), on_refused=_launch_not_queued)
     return dep
 
 
@@ -331,7 +325,7 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
             raise DeploymentError(f"{deployment.name} is {deployment.get_status_display().lower()}; "
                                   "there is nothing to stop.", code="not_running")
     deployment_record_phase(deployment.pk, "stopping")
-    _send(stop_deployment, deployment.pk, host_queue(deployment.host), _stop_not_queued)
+    jobs.enqueue(stop_deployment, deployment.pk, queue=host_queue(deployment.host), on_refused=_stop_not_queued)
     return deployment
 
 

@@ -18,7 +18,7 @@ from inference.preflight.services import estimate_vs_actual
 
 
 def deployments(request):
-    return render(request, "inference/deployments.html", {
+    return render(request, "deployments/deployments.html", {
         "deployments": sel.deployment_list()[:100], "presets": sel.preset_cards(), "profiles": sel.profile_list(),
         "runtimes": sel.runtime_list(), "runtime_form": RuntimeForm(initial={"kind": "executable"}),
         "host_name": settings.HOST_NAME,
@@ -28,7 +28,7 @@ def deployments(request):
 def deployment_detail(request, deployment_id):
     dep = sel.deployment_get_or_404(deployment_id)
     log, log_ends, log_offset = sel.deployment_log_with_offsets(dep, 200)
-    return render(request, "inference/deployment_detail.html", {
+    return render(request, "deployments/deployment_detail.html", {
         "dep": dep, "log": log, "log_ends": log_ends, "log_offset": log_offset, "snippets": sel.snippets(dep, is_operator(request.user)),
         "dep_json": sel.deployment_dict(dep), "capacity_rows": estimate_vs_actual(dep),
     })
@@ -74,7 +74,7 @@ def profile_edit(request, profile_id=None):
             preview = svc.command_preview(profile)
         except InvalidLaunch:
             preview = ""
-    return render(request, "inference/profile_form.html", {"form": form, "profile": profile, "preview": preview},
+    return render(request, "deployments/profile_form.html", {"form": form, "profile": profile, "preview": preview},
                   status=status)
 
 

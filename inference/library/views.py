@@ -7,7 +7,7 @@ from inference.library import selectors
 
 # --------------------------------------------------------------------------- pages
 def models_page(request):
-    return render(request, "inference/models.html", {
+    return render(request, "library/models.html", {
         "models": [m.live_dict() for m in selectors.model_list()],
         "disk": selectors.models_disk(),
         "host_name": settings.HOST_NAME,
@@ -25,7 +25,7 @@ def model_detail_page(request, artifact_id):
     for f in artifact.files:
         if isinstance(f, dict):
             files.append({**f, "recorded": hashes.get(f.get("path"), "")})
-    return render(request, "inference/model_detail.html", {
+    return render(request, "library/model_detail.html", {
         "m": artifact, "model": artifact.as_dict(), "files": files,
         "meta_rows": sorted((k, v) for k, v in artifact.meta.items() if k not in ("tensor_types", "error")),
     })

@@ -22,7 +22,7 @@ def plan(request):
                                                                "kv_cache_dtype", "attention_backend",
                                                                "max_num_seqs", "speculative_config")}}
                      for p in presets.PRESETS}
-    return render(request, "inference/plan.html", {
+    return render(request, "preflight/plan.html", {
         "form": PreflightForm(initial=initial),
         "initial": initial,
         "runtimes": EngineRuntime.objects.all(),

@@ -99,8 +99,8 @@ def test_the_check_finds_what_it_must():
 
 def test_templates_are_found():
     names = {p.relative_to(REPO).as_posix() for p in TEMPLATES}
-    assert {"templates/base.html", "templates/inference/models.html",
-            "templates/inference/deployment_detail.html", "templates/gateway/playground.html"} <= names
+    assert {"templates/base.html", "templates/library/models.html",
+            "templates/deployments/deployment_detail.html", "templates/gateway/playground.html"} <= names
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.relative_to(REPO).as_posix())

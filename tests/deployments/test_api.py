@@ -5,6 +5,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from dashboard import jobs
 from inference.deployments import services as svc
 from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
 from inference.deployments.presets import PRESETS, get_preset
@@ -81,7 +82,7 @@ def test_the_preview_shows_the_exact_command_as_fields_change(operator, llama_ru
 def test_a_saved_profile_launches_as_a_pending_deployment(operator, llama_runtime, monkeypatch,
                                                           django_capture_on_commit_callbacks):
     queued = []
-    monkeypatch.setattr(svc, "_send", lambda task, pk, queue, on_error: queued.append((task.name, pk, queue)))
+    monkeypatch.setattr(jobs, "send", lambda task, pk, *, queue, on_refused: queued.append((task.name, pk, queue)))
     c = client_for(operator)
     with django_capture_on_commit_callbacks(execute=True):
         response = c.post("/deployments/profiles/new", form_data(llama_runtime, launch="1", served_model_name="m"))

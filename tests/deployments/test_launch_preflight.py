@@ -4,7 +4,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from inference.deployments import services as svc
+from dashboard import jobs
 from inference.preflight import services as preflight_service
 from inference.preflight.fit import GPU
 from inference.models import Deployment, EngineRuntime, LaunchProfile
@@ -17,7 +17,7 @@ V100 = GPU("Tesla V100-SXM2-32GB", 32510 * 2**20, "7.0")
 def stock_vllm_on_v100(db, monkeypatch):
     # This machine has no GPU: the profile's host "has" a V100 (hardware we lack, faked in tests only).
     monkeypatch.setattr(preflight_service, "gpus_for_host", lambda host, indices: [V100])
-    monkeypatch.setattr(svc, "_send", lambda *a, **k: None)
+    monkeypatch.setattr(jobs, "send", lambda *a, **k: None)
     runtime = EngineRuntime.objects.create(host=HOST, name="vLLM 0.33 (PyPI)", engine="vllm", kind="executable",
                                            path="/opt/vllm/bin/vllm", version="0.33.0",
                                            cuda_archs=["sm_80", "sm_90"], detect_status="ok")

@@ -119,15 +119,15 @@ def test_the_includes_render_for_the_launch_form_and_the_deployment_page(db):
     from inference.preflight.services import estimate_vs_actual, record_capacity
     from tests.preflight.test_capacity import V1_LOG
 
-    panel = render_to_string("inference/_preflight_panel.html")
+    panel = render_to_string("preflight/_preflight_panel.html")
     assert 'name="preflight_override"' in panel and "preflight.js" in panel
-    assert "preflight_override" not in render_to_string("inference/_preflight_panel.html", {"no_override": True})
+    assert "preflight_override" not in render_to_string("preflight/_preflight_panel.html", {"no_override": True})
     d = Deployment.objects.create(name="q", host="gpu1", fit_estimate={"gpus": [{"weights_bytes": 27 * 1024**3,
                                                                                    "kv_cache_bytes": 8 * 1024**3}],
                                                                          "kv_cache_tokens": 30000,
                                                                          "concurrency_ratio": 3.66})
-    empty = render_to_string("inference/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d)})
+    empty = render_to_string("preflight/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d)})
     assert "not printed yet" in empty
     record_capacity(d, V1_LOG)
-    html = render_to_string("inference/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d)})
+    html = render_to_string("preflight/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d)})
     assert "27.5185 GiB" in html and "34952 tokens" in html and "1.019" in html
