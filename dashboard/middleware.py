@@ -43,3 +43,24 @@ class OneTimePasswordMiddleware:
         from django.shortcuts import redirect
 
         return redirect("password_change")
+
+
+class JsonMethodNotAllowedMiddleware:
+    """A 405 from a JSON route answers in the API's error shape: django-ninja
+    (and Django's require_http_methods) say it in plain text."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code != 405 or not wants_json(request):
+            return response
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response
+        allowed = response.get("Allow", "")
+        answer = JsonResponse({"error": {"code": "method_not_allowed",
+                                         "message": f"{request.method} is not allowed here; use {allowed}."}},
+                              status=405)
+        answer["Allow"] = allowed
+        return answer

@@ -378,7 +378,7 @@ class Deployment(models.Model):
     preflight = models.JSONField(default=dict, blank=True)  # {"findings": [...], "has_errors": bool}
     preflight_overridden = models.BooleanField(default=False)
     fit_estimate = models.JSONField(default=dict, blank=True)  # fit.FitReport.as_dict()
-    capacity = models.JSONField(default=dict, blank=True)  # vllm_capacity.parse_vllm_capacity()
+    capacity = models.JSONField(default=dict, blank=True)  # preflight.capacity.parse_vllm_capacity()
 
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)

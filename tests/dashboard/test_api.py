@@ -186,3 +186,13 @@ def test_a_result_larger_than_a_request_body_imports_as_an_upload(client, operat
     as_body = client.post("/api/benchmarks/import?name=big.json", saved, content_type="application/json")
     assert as_body.status_code == 400 and as_body.json()["error"]["code"] == "too_large"
     assert BenchmarkRun.objects.count() == 1
+
+
+def test_a_method_a_route_does_not_take_is_a_json_405_naming_the_allowed_ones(client, operator):
+    login(client, operator)
+    for method, path in (("put", "/api/models/"), ("delete", "/api/status"), ("get", "/api/models/import")):
+        response = getattr(client, method)(path)
+        assert response.status_code == 405, path
+        error = response.json()["error"]
+        assert error["code"] == "method_not_allowed"
+        assert method.upper() in error["message"] and response["Allow"] in error["message"]
