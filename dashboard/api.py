@@ -21,7 +21,8 @@ from typing import Annotated, Any
 
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from django.http.request import RawPostDataException
 from ninja import NinjaAPI, Router
@@ -196,11 +197,6 @@ def _forbidden(request, exc):
     return json_error("forbidden", exc.message, 403)
 
 
-@api.exception_handler(PermissionDenied)
-def _permission_denied(request, exc):
-    return json_error("forbidden", str(exc) or OPERATOR_ONLY, 403)
-
-
 @api.exception_handler(Http404)
 def _not_found(request, exc):
     return json_error("not_found", str(exc) or f"Nothing lives at {request.path}.", 404)
@@ -217,9 +213,17 @@ def _http_error(request, exc):
         code = BAD_BODY_CODES.get(getattr(request.resolver_match, "url_name", None), "bad_json")
         return json_error(code, "The body is not a JSON object: send Content-Type: application/json "
                           "and a JSON object.", 400)
-    if exc.status_code == 405:
-        return json_error("method_not_allowed", f"{request.method} is not allowed here.", 405)
+    if exc.status_code == 403:  # ninja's session check: the CSRF token is missing or wrong
+        return json_error("csrf_failed", "The CSRF check failed: send the csrftoken cookie's value in an "
+                          "X-CSRFToken header (the pages do this), or reload the page and try again.", 403)
     return json_error("bad_request", str(exc), exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request, exc):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return json_error("too_large", f"The request body is larger than {limit} bytes; send a large file "
+                      "as a multipart upload.", 413)
 
 
 def router(tag: str) -> Router:

@@ -13,7 +13,7 @@ import json
 import shlex
 from typing import Annotated, Optional
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from dashboard.api import MAX_INT, Blank, Count, RowId, Schema, Text
@@ -124,7 +124,8 @@ class LaunchRequest(Schema):
 
     preset: Optional[Text] = Field(None, max_length=100, examples=["gemma3-270m-demo-cpu"])
     profile: OptionalId = None
-    override: bool = Field(False, description="launch even though preflight found errors")
+    # JSON true only, as before: this gate launches despite preflight errors.
+    override: StrictBool = Field(False, description="launch even though preflight found errors (JSON true)")
 
 
 class RuntimeRequest(Schema):
@@ -142,6 +143,8 @@ class RuntimeRequest(Schema):
 
 
 class Phase(Schema):
+    model_config = ConfigDict(extra="allow")  # a phase may carry more than its name and time
+
     phase: str
     at: float
 

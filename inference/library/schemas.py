@@ -73,8 +73,8 @@ class ModelDetail(ModelRow):
     include: list[str]
     exclude: list[str]
     folder: str
-    files: list[dict[str, Any]]
-    file_progress: list[dict[str, Any]]
+    files: list[Any]  # JSON the row stores as it came; the page skips entries that are not objects
+    file_progress: list[Any]
     recorded_hashes: dict[str, str]
     meta: dict[str, Any]
     weight_bytes: Optional[int]

@@ -196,3 +196,31 @@ def test_a_method_a_route_does_not_take_is_a_json_405_naming_the_allowed_ones(cl
         error = response.json()["error"]
         assert error["code"] == "method_not_allowed"
         assert method.upper() in error["message"] and response["Allow"] in error["message"]
+
+
+def test_a_body_too_large_for_memory_is_a_json_413(client, operator, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    login(client, operator)
+    response = client.post("/api/models/", json.dumps({"repo_id": "x" * 2000}), content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+
+
+def test_a_change_without_the_csrf_token_is_a_json_403_that_says_so(operator):
+    from django.test import Client
+
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(operator)
+    response = c.post("/api/models/import", json.dumps({"path": "/x"}), content_type="application/json")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "csrf_failed"
+
+
+def test_the_preflight_override_takes_json_true_only(client, operator, db):
+    login(client, operator)
+    for value in ("on", "true", 1, "yes"):
+        response = client.post("/api/deployments/", json.dumps({"preset": "gemma3-270m-demo-cpu", "override": value}),
+                               content_type="application/json")
+        assert response.status_code == 400, value
+        assert "override" in response.json()["error"]["fields"]
+    assert not Deployment.objects.exists()
