@@ -6,12 +6,14 @@ import time
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
 
 from dashboard import jobs
 from dashboard.models import Account, Job
 from dashboard.roles import set_role
+from dashboard.sessions import user_sessions
 from dashboard.tasks import run_worker_check
 
 MONITOR_HEARTBEAT_KEY = "kiln:monitor:{host}"
@@ -39,7 +41,19 @@ def account_reset_password(*, user):
     user.set_password(password)
     user.save(update_fields=["password"])
     Account.objects.update_or_create(user=user, defaults={"must_change_password": True})
+    # The old password's sessions are dead anyway (Django checks a hash of the
+    # password on each request); their rows go now.
+    account_end_sessions(user=user)
     return password
+
+
+def account_end_sessions(*, user, keep=None):
+    """Sign a user out of every browser but the session `keep`; returns how many ended.
+    Their next request goes to the sign-in page; a role change needs none of
+    this, as roles are read on every request."""
+    ended = [session.pk for session in user_sessions(user) if session.pk != keep]
+    Session.objects.filter(pk__in=ended).delete()
+    return len(ended)
 
 
 def account_password_changed(*, user):

@@ -124,11 +124,25 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
-SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 14 * 24 * 3600, minimum=300)
+# A session ends SESSION_IDLE_TIMEOUT seconds after its last request: it is saved
+# on every request (dashboard/sessions.py writes its row at most once a minute).
+SESSION_IDLE_TIMEOUT = envint("SESSION_IDLE_TIMEOUT", 12 * 3600, minimum=60)
+SESSION_COOKIE_AGE = SESSION_IDLE_TIMEOUT
+SESSION_SAVE_EVERY_REQUEST = True
+SESSION_ENGINE = "dashboard.sessions"
+# Failed sign-ins (dashboard/signin.py): after this many failures in a row an
+# account, or a client address, waits LOGIN_COOLOFF_S seconds. The address is
+# REMOTE_ADDR -- a reverse proxy's own address, unless it is in TRUSTED_PROXIES.
+LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 5, minimum=1)
+LOGIN_FAILURES_PER_ADDRESS = envint("LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+LOGIN_COOLOFF_S = envint("LOGIN_COOLOFF_S", 300, minimum=1, maximum=7 * 24 * 3600)
+TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 

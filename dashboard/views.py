@@ -6,10 +6,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import services
-from dashboard.forms import AccountCreateForm, RoleForm
+from dashboard.forms import AccountCreateForm, RoleForm, SignInForm
+from dashboard.sessions import session_counts
 from dashboard.models import Job
 from dashboard.roles import operator_required, role_of, set_role
 
@@ -27,6 +29,18 @@ def home(request):
     return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
 
 
+class LoginView(auth_views.LoginView):
+    form_class = SignInForm
+    redirect_authenticated_user = True
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if form.retry_after:
+            response.status_code = 429
+            response["Retry-After"] = str(form.retry_after)
+        return response
+
+
 class PasswordChangeView(auth_views.PasswordChangeView):
     template_name = "registration/password_change.html"
 
@@ -41,9 +55,16 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
 
 def users(request):
+    return render(request, "dashboard/users.html", _users_context(AccountCreateForm()))
+
+
+def _users_context(form):
     User = get_user_model()
-    rows = [(user, role_of(user)) for user in User.objects.order_by("username")]
-    return render(request, "dashboard/users.html", {"rows": rows, "form": AccountCreateForm()})
+    counts = session_counts()
+    rows = [(user, role_of(user), counts.get(user.pk, 0)) for user in User.objects.order_by("username")]
+    return {"rows": rows, "form": form}
+
+
 
 
 @require_POST
@@ -51,9 +72,7 @@ def users(request):
 def user_create(request):
     form = AccountCreateForm(request.POST)
     if not form.is_valid():
-        User = get_user_model()
-        rows = [(user, role_of(user)) for user in User.objects.order_by("username")]
-        return render(request, "dashboard/users.html", {"rows": rows, "form": form}, status=400)
+        return render(request, "dashboard/users.html", _users_context(form), status=400)
     user, password = services.account_create(
         username=form.cleaned_data["username"], role=form.cleaned_data["role"], email=form.cleaned_data["email"]
     )
@@ -81,6 +100,20 @@ def user_reset_password(request, user_id):
     user = get_object_or_404(get_user_model(), pk=user_id)
     password = services.account_reset_password(user=user)
     return render(request, "dashboard/one_time_password.html", {"account_user": user, "password": password})
+
+
+@require_POST
+@operator_required
+def user_end_sessions(request, user_id):
+    """Sign a user out everywhere; their next request goes to the sign-in page.
+    An operator ending their own sessions keeps the one they are using."""
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    keep = request.session.session_key if user == request.user else None
+    ended = services.account_end_sessions(user=user, keep=keep)
+    messages.success(request, ngettext(
+        "Ended %(count)d session of %(user)s.", "Ended %(count)d sessions of %(user)s.", ended
+    ) % {"count": ended, "user": user.username})
+    return redirect("users")
 
 
 def section(request, title, blurb):
