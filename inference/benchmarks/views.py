@@ -3,6 +3,7 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard.api import MAX_INT
 from dashboard.roles import operator_required
 from inference.benchmarks import services as svc
 from inference.models import BenchmarkRun
@@ -17,6 +18,8 @@ def _parse_ids(text):
         ids = [int(x) for x in (text or "").replace(" ", "").split(",") if x]
     except ValueError:
         raise svc.BenchmarkInputError("ids: give run numbers separated by commas, e.g. ?ids=3,5.") from None
+    if any(not 1 <= i <= MAX_INT for i in ids):
+        raise svc.BenchmarkInputError("ids: run numbers are whole numbers from 1, e.g. ?ids=3,5.")
     return list(dict.fromkeys(ids))
 
 

@@ -5,9 +5,11 @@ plugin (check_spec, which also validates the extra arguments) so that each
 problem is shown next to its own field.
 """
 import json
+import shlex
 
 from django import forms
 
+from inference.deployments.services import profile_problems
 from inference.engines import InvalidLaunch, parse_extra_args
 from inference.models import EngineRuntime, LaunchProfile, ModelArtifact
 
@@ -78,7 +80,6 @@ class LaunchProfileForm(forms.ModelForm):
             self.initial["enable_prefix_caching"] = {True: "on", False: "off"}.get(inst.enable_prefix_caching, "")
             self.initial["speculative_config"] = json.dumps(inst.speculative_config) if inst.speculative_config else ""
             self.initial["env"] = "\n".join(f"{k}={v}" for k, v in (inst.env or {}).items())
-            import shlex
             self.initial["extra_args"] = " ".join(shlex.quote(a) for a in inst.extra_args or [])
 
     def clean_gpus(self):
@@ -124,8 +125,6 @@ class LaunchProfileForm(forms.ModelForm):
         runtime = data.get("runtime")
         if runtime is None or self.errors:
             return data
-        from inference.deployments.services import profile_problems
-
         profile = self._profile(data)
         for field, message in profile_problems(profile).items():
             self.add_error(field if field in self.fields else None, message)

@@ -5,8 +5,7 @@
   const out = document.getElementById("preview"), note = document.getElementById("preview-note");
   let timer = null;
   async function refresh() {
-    // URL-encoded, not multipart: the form has no file, and a multipart body is a
-    // stream the CSRF check has already read by the time the API parses it.
+    // URL-encoded: the form has no file to upload.
     const res = await fetch("/api/launch-profiles/preview", { method: "POST", body: new URLSearchParams(new FormData(form)),
       headers: { Accept: "application/json", "X-CSRFToken": Kiln.csrfToken() }, credentials: "same-origin" });
     const data = await res.json();

@@ -276,6 +276,8 @@ def test_compare_two_runs_ratios_argument_diff_and_roofline(client, viewer, db):
     assert "Batch-1 decode 50.0 tok/s of a 60.0 tok/s limit" in detail
     assert "of a 120.0 tok/s limit" in client.get(f"/benchmarks/{base.pk}/?bandwidth=1800").content.decode()
     assert client.get(f"/benchmarks/compare?ids={base.pk}").status_code == 400
+    too_big = client.get(f"/benchmarks/compare?ids=99999999999999999999,{base.pk}")  # beyond 64 bits
+    assert too_big.status_code == 400 and b"whole numbers from 1" in too_big.content
     assert "No benchmark run #999" in client.get(f"/api/benchmarks/compare?ids={base.pk},999").json()["error"]["message"]
 
 
