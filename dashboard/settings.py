@@ -27,6 +27,14 @@ DATA_DIR = envpath("DATA_DIR", BASE_DIR / "data")
 LOG_DIR = DATA_DIR / "logs"
 LOG_DIR.mkdir(exist_ok=True)
 MODELS_DIR = envpath("MODELS_DIR", DATA_DIR / "models")
+# Folders a local import may read (IMPORT_ROOTS: absolute paths separated by commas
+# or os.pathsep). Unset: anywhere but /proc, /sys and /dev, which are refused always.
+IMPORT_ROOTS = []
+if (_import_roots := os.environ.get("IMPORT_ROOTS")) is not None:
+    IMPORT_ROOTS = [p.strip() for p in _import_roots.replace(os.pathsep, ",").split(",") if p.strip()]
+    if not IMPORT_ROOTS or not all(os.path.isabs(os.path.expanduser(p)) for p in IMPORT_ROOTS):
+        raise ConfigError(f"IMPORT_ROOTS={_import_roots!r}: give absolute folders separated by commas, or unset it.")
+    IMPORT_ROOTS = [os.path.realpath(os.path.expanduser(p)) for p in IMPORT_ROOTS]
 
 # Model hubs. HF_ENDPOINT takes a mirror such as https://hf-mirror.com (the same
 # variable huggingface_hub reads). The tokens are sent only to their own endpoint.

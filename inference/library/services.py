@@ -32,13 +32,14 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from dashboard import jobs
 from dashboard.celery import host_queue
 from inference.library import selectors, tasks
 from inference.library.downloader import (PART_SUFFIX, VERIFIED_MANIFEST, DownloadCancelled, DownloadError,
                                   NotEnoughDiskSpace, check_disk_space, download, hash_file,
-                                  import_local, target_path, verify_folder)
+                                  ImportRefused, import_local, scan_local, target_path, verify_folder)
 from inference.library.hubs.base import HubError, RemoteFile, RetryPolicy
 from inference.library.hubs.huggingface import HuggingFaceHub
 from inference.library.hubs.modelscope import DEFAULT_REVISION as MS_DEFAULT_REVISION
@@ -307,36 +308,45 @@ def model_reverify(*, artifact):
     return _enqueue(artifact)
 
 
-def _quick_model_check(path):
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            if fh.read(4) != b"GGUF":
-                raise LibraryError(f"{path} is not a GGUF file (it does not start with 'GGUF'). "
-                                   "Import a .gguf file or a model folder.", "not_a_model")
-        return
-    if not os.path.isdir(path):
-        raise LibraryError(f"{path} does not exist on host {settings.HOST_NAME} (or this user cannot read it).", "not_found")
-    names = os.listdir(path)
-    if not any(n == "config.json" or n.endswith((".gguf", ".safetensors")) for n in names):
-        raise LibraryError(f"{path} holds no config.json, .safetensors or .gguf file at its top level; "
-                           "it does not look like a model folder.", "not_a_model")
+def _import_message(exc, path):
+    """The words of a refused or failed import, in the user's language. A
+    refusal names only what the user typed or a path inside the folder; an
+    OSError is reduced to its reason (no resolved path, no process id)."""
+    if isinstance(exc, ImportRefused):
+        return gettext(exc.template) % {**exc.params, "path": path}
+    if isinstance(exc, OSError):
+        return gettext("%(path)s could not be read (%(reason)s).") % {"path": path, "reason": exc.strerror or "error"}
+    return str(exc)
 
 
 def model_import_local(*, user, path, name=""):
-    """Register a folder or GGUF file on this host; the worker hashes it in place (no copy)."""
-    path = (path or "").strip()
-    if not path or not os.path.isabs(os.path.expanduser(path)):
-        raise LibraryError("Give the absolute path of a model folder or .gguf file on this host, e.g. /srv/models/Qwen3-8B.", "bad_path")
-    path = os.path.realpath(os.path.expanduser(path))
-    _quick_model_check(path)
+    """Register a folder or GGUF file on this host; the worker hashes it in place (no copy).
+
+    Checked now, so that the form answers at once, and again by the worker
+    before it reads a byte (the folder may change in between): the real path
+    must be inside IMPORT_ROOTS (when set) and outside /proc, /sys and /dev,
+    and no link in the folder may lead out of it (downloader.import_local).
+    """
+    typed = (path or "").strip()
+    if not typed or "\x00" in typed or not os.path.isabs(os.path.expanduser(typed)):
+        raise LibraryError(gettext("Give the absolute path of a model folder or .gguf file on this host, "
+                                   "e.g. /srv/models/Qwen3-8B."), "bad_path")
+    typed = os.path.expanduser(typed)
+    try:
+        found = scan_local(typed, roots=settings.IMPORT_ROOTS)
+    except ImportRefused as exc:
+        raise LibraryError(_import_message(exc, typed), exc.code) from None
+    path = found.root
     existing = ModelArtifact.objects.filter(source=Source.LOCAL, path=path).first()
     if existing:
-        raise LibraryError(f"{path} is already in the library as {existing.name} (#{existing.pk}).", "duplicate")
-    is_file = os.path.isfile(path)
+        raise LibraryError(gettext("%(path)s is already in the library as %(name)s (#%(id)s).")
+                           % {"path": typed, "name": existing.name, "id": existing.pk}, "duplicate")
+    is_file = found.kind == "gguf"
     artifact = ModelArtifact.objects.create(
         name=(name or "").strip() or os.path.basename(path), source=Source.LOCAL, host=settings.HOST_NAME,
         path=path, folder=os.path.dirname(path) if is_file else path, format="gguf" if is_file else "",
-        status=Status.QUEUED, job=Job.IMPORT, created_by=user if user and user.is_authenticated else None)
+        bytes_total=found.total_size, status=Status.QUEUED, job=Job.IMPORT,
+        created_by=user if user and user.is_authenticated else None)
     return _enqueue(artifact)
 
 
@@ -576,40 +586,34 @@ def model_reverify_run(*, artifact_id, worker):
                       error="Re-verify found files that changed on disk: " + report.summary())
 
 
-def _folder_size(path):
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if not name.startswith(".") and not name.endswith(PART_SUFFIX):
-                try:
-                    total += os.path.getsize(os.path.join(dirpath, name))
-                except OSError:
-                    pass
-    return total
-
-
 def model_import_run(*, artifact_id, worker):
     artifact, claim = _claim(artifact_id, Job.IMPORT, Status.VERIFYING, worker)
     if artifact is None:
         return None
-    artifact.bytes_total = _folder_size(artifact.path)
-    ModelArtifact.objects.filter(pk=artifact.pk, claim=claim).update(bytes_total=artifact.bytes_total, bytes_done=0)
     run = _Run(artifact, claim)
     try:
-        local = run.run(lambda r: import_local(artifact.path, cancel=r.cancel, on_bytes=r.on_bytes))
+        # Checked again here: the folder may have changed since the request.
+        run.total = scan_local(artifact.path, roots=settings.IMPORT_ROOTS).total_size
+        ModelArtifact.objects.filter(pk=artifact.pk, claim=claim).update(bytes_total=run.total, bytes_done=0)
+        local = run.run(lambda r: import_local(artifact.path, roots=settings.IMPORT_ROOTS, cancel=r.cancel,
+                                               on_bytes=r.on_bytes))
     except (DownloadError, OSError) as exc:
         if run.lost:
             return None
-        return run.finish(status=Status.FAILED, error=str(exc))
+        return run.finish(status=Status.FAILED, error=_import_message(exc, artifact.path))
+    except Exception:
+        logger.exception("import of #%s failed", artifact_id)
+        if run.lost:
+            return None
+        return run.finish(status=Status.FAILED, error=gettext("The import failed unexpectedly; the worker's log "
+                                                              "has the details."))
     folder = local.root if local.kind == "folder" else os.path.dirname(local.root)
     files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in local.files]
+    links = [{"path": link.path, "size": 0, "link": link.target} for link in local.links]
     fmt, meta, weight = _describe(folder, files)
-    return run.finish(status=Status.READY, folder=folder, files=files, recorded_hashes=local.recorded_hashes,
-                      meta=meta, format=fmt, weight_bytes=weight, bytes_done=local.total_size,
-                      bytes_total=local.total_size, verified_at=timezone.now(),
+    return run.finish(status=Status.READY, folder=folder, files=files + links,
+                      recorded_hashes=local.recorded_hashes, meta=meta, format=fmt, weight_bytes=weight,
+                      bytes_done=local.total_size, bytes_total=local.total_size, verified_at=timezone.now(),
                       path=local.root if local.kind == "gguf" else _model_path(folder, [f["path"] for f in files]))
 
 
