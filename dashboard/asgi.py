@@ -1,7 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
-Websockets pass the same two gates as pages: the Origin must be an allowed host
-and the session must belong to a user (each consumer refuses anonymous ones).
+Websockets pass the same two gates as pages: the Host must be allowed and the
+Origin the panel's own, scheme, host and port, or a CSRF_TRUSTED_ORIGINS entry
+(dashboard.hosts.SameOriginValidator), and the session must belong to a user
+(each consumer refuses anonymous ones).
 """
 import os
 
@@ -12,14 +14,14 @@ django_asgi_app = get_asgi_application()  # sets Django up before the routing im
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from dashboard.hosts import SameOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from inference.gateway.asgi import with_gateway  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": with_gateway(django_asgi_app),  # /v1/ skips the page middleware
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -14,6 +14,10 @@ views work unchanged.
 API calls with a key skip even that handler: inference/gateway/fast.py
 answers them from ASGI messages with the same checks and relay code.
 
+Without the page middleware nothing calls request.get_host(), so with_gateway
+checks the Host header against ALLOWED_HOSTS for both (dashboard/hosts.py,
+Django's own validation, verdicts cached per Host value).
+
 GatewayHandler also skips Django's per-request thread hand-offs (see its
 docstring). The views themselves keep sync work off the request path: the key and the
 rate-limit counter are one Redis round trip, the routing table is cached
@@ -26,6 +30,9 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.exceptions import RequestAborted
 from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+
+from dashboard import hosts
+from inference.gateway.errors import error_response
 
 PREFIX = "/v1/"
 
@@ -127,6 +134,11 @@ def with_gateway(django_app):
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            # Django's Host check (request.get_host() in the page middleware) for both
+            # doors below, neither of which runs that middleware.
+            allowed, host = hosts.host_allowed(scope)
+            if not allowed:
+                return await refuse_host(host, send)
             secret = fast.takes(scope)
             if secret is not None:
                 return await fast.handle(scope, receive, send, secret)
@@ -134,3 +146,13 @@ def with_gateway(django_app):
         return await django_app(scope, receive, send)
 
     return app
+
+
+async def refuse_host(host: str, send) -> None:
+    """A Host not in ALLOWED_HOSTS: 400, as Django answers DisallowedHost, in
+    the gateway's JSON error shape, logged to the same logger."""
+    from inference.gateway.fast import _send_response
+
+    message = hosts.disallowed_host_message(host)
+    hosts.security_log.warning(message)
+    await _send_response(send, error_response(400, message, "invalid_request_error", "disallowed_host"))

@@ -11,7 +11,8 @@ calls are read from the ASGI scope and answered with ASGI messages here;
 the checks, routing and relaying are the same code as the Django views use
 (views.proxy, proxy.Relay). Everything else under /v1/ -- the playground's
 session calls, /v1/models, a GET, a request without a key -- goes to the
-Django views as before.
+Django views as before. The Host header is checked before a request gets
+here (asgi.with_gateway), as it is for the Django views.
 """
 
 from __future__ import annotations
