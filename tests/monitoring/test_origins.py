@@ -16,14 +16,14 @@ def cookie(transactional_db, redis_clean, operator):
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-def handshakes(cookie, attempts):
+def handshakes(cookie, attempts, extra=()):
     """[(connected, close code or None)] for each (host, origin, scheme) attempt
     on /ws/live/ with a signed-in session; origin None sends no Origin header."""
 
     async def run():
         results = []
         for host, origin, scheme in attempts:
-            headers = [(b"host", host.encode()), (b"cookie", cookie)]
+            headers = [(b"host", host.encode()), (b"cookie", cookie), *extra]
             if origin is not None:
                 headers.append((b"origin", origin.encode()))
             communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
@@ -97,3 +97,11 @@ def test_a_csrf_trusted_origin_is_accepted(cookie, settings):
         ("localhost:8000", "https://other.example.com", "ws"),
         ("localhost:8000", "http://gpu1.lab.example", "ws"),
     ]) == [REFUSED] * 4
+
+
+def test_behind_a_tls_proxy_the_scheme_is_the_one_django_sees(cookie, settings):
+    # KILN_TLS: the proxy speaks https to the browser and plain ws to the panel.
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    proxied = [(b"x-forwarded-proto", b"https")]
+    assert handshakes(cookie, [("localhost", "https://localhost", "ws")], proxied) == [ACCEPTED]
+    assert handshakes(cookie, [("localhost", "http://localhost", "ws")], proxied) == [REFUSED]
