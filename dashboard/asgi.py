@@ -4,6 +4,7 @@ Websockets pass the same two gates as pages: the Host must be allowed and the
 Origin the panel's own, scheme, host and port, or a CSRF_TRUSTED_ORIGINS entry
 (dashboard.hosts.SameOriginValidator), and the session must belong to a user
 (each consumer refuses anonymous ones).
+A path no route serves is closed with 4404 (dashboard.routing.no_route).
 """
 import os
 
@@ -16,12 +17,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard.hosts import SameOriginValidator  # noqa: E402
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from dashboard.routing import no_route, websocket_urlpatterns  # noqa: E402
 from inference.gateway.asgi import with_gateway  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": with_gateway(django_asgi_app),  # /v1/ skips the page middleware
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, no_route]))),
     }
 )

@@ -3,7 +3,7 @@ inference.deployments.services writes, inference.deployments.selectors reads."""
 from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.roles import is_operator, operator_required
 from inference.deployments import selectors as sel
@@ -17,6 +17,7 @@ from inference.preflight.services import estimate_vs_actual
 # --------------------------------------------------------------------------- pages
 
 
+@require_GET
 def deployments(request):
     return render(request, "deployments/deployments.html", {
         "deployments": sel.deployment_list()[:100], "presets": sel.preset_cards(), "profiles": sel.profile_list(),
@@ -25,6 +26,7 @@ def deployments(request):
     })
 
 
+@require_GET
 def deployment_detail(request, deployment_id):
     dep = sel.deployment_get_or_404(deployment_id)
     log, log_ends, log_offset = sel.deployment_log_with_offsets(dep, 200)

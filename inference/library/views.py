@@ -1,11 +1,13 @@
 """Pages of the model library (its JSON API is api.py). Thin: the work is in services."""
 from django.conf import settings
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from inference.library import selectors
 
 
 # --------------------------------------------------------------------------- pages
+@require_GET
 def models_page(request):
     return render(request, "library/models.html", {
         "models": [m.live_dict() for m in selectors.model_list()],
@@ -18,6 +20,7 @@ def models_page(request):
     })
 
 
+@require_GET
 def model_detail_page(request, artifact_id):
     artifact = selectors.model_get_or_404(artifact_id)
     hashes = artifact.recorded_hashes
