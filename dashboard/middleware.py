@@ -1,6 +1,7 @@
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.http import JsonResponse
 
+from dashboard import audit
 from dashboard.roles import wants_json
 
 
@@ -64,3 +65,26 @@ class JsonMethodNotAllowedMiddleware:
                               status=405)
         answer["Allow"] = allowed
         return answer
+
+
+class AuditMiddleware:
+    """Every state-changing request by a signed-in user is one AuditEntry row
+    (dashboard/audit.py says what is kept). Reads are not recorded; a failure to
+    record is logged, never raised. Placed after AuthenticationMiddleware so it
+    sees the user, and around the sign-in, one-time-password and message
+    middleware so their refusals are recorded too."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.method not in audit.STATE_CHANGING:
+            return self.get_response(request)
+        # Who asked, read before the view runs: signing out changes request.user.
+        user = getattr(request, "user", None)
+        signed_in = bool(user is not None and user.is_authenticated)
+        user_id, username = (user.pk, user.get_username()) if signed_in else (None, "")
+        response = self.get_response(request)
+        if signed_in:
+            audit.record_request(request, response, user_id=user_id, username=username)
+        return response

@@ -63,3 +63,51 @@ class Job(models.Model):
             "result": self.result,
             "error": self.error,
         }
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, from where, what, on which object, result.
+
+    Written by dashboard.audit (a middleware for every state-changing request and
+    the sign-in signals), never by the views themselves. The user is kept as id
+    and name, not a foreign key, so deleting an account keeps its trail. The
+    request body is never stored: it may hold hub tokens or passwords.
+    """
+
+    class Result(models.TextChoices):
+        OK = "ok", "ok"
+        REFUSED = "refused", "refused"
+        FAILED = "failed", "failed"
+
+    RESULT_COLOURS = {"ok": "green", "refused": "grey", "failed": "red"}
+
+    created = models.DateTimeField(db_index=True)
+    user_id = models.BigIntegerField(null=True, blank=True)
+    username = models.CharField(max_length=150, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    action = models.CharField(max_length=80, db_index=True)
+    method = models.CharField(max_length=10, blank=True)
+    path = models.CharField(max_length=500, blank=True)
+    object_type = models.CharField(max_length=40, blank=True)
+    object_id = models.CharField(max_length=100, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    result = models.CharField(max_length=10, choices=Result.choices)
+    error_code = models.CharField(max_length=60, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self):
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.username or '-'} {self.action} {self.result}"
+
+    @property
+    def colour(self):
+        return self.RESULT_COLOURS.get(self.result, "grey")
+
+    @property
+    def target(self):
+        """"deployment #3", "preset qwen-7b", "model" or ""."""
+        if self.object_id:
+            sep = " #" if self.object_id.isdigit() else " "
+            return f"{self.object_type or 'object'}{sep}{self.object_id}"
+        return self.object_type

@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "dashboard.middleware.JsonMethodNotAllowedMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "dashboard.middleware.AuditMiddleware",
     "dashboard.middleware.LoginRequiredMiddleware",
     "dashboard.middleware.OneTimePasswordMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -206,6 +207,10 @@ MONITOR_10S_RETENTION = envint("MONITOR_10S_RETENTION", 24 * 3600, minimum=600)
 MONITOR_1M_RETENTION = envint("MONITOR_1M_RETENTION", 30 * 24 * 3600, minimum=3600)
 # How often the monitor writes its buffered history rows (one batch insert).
 MONITOR_FLUSH_INTERVAL = envfloat("MONITOR_FLUSH_INTERVAL", 5.0, minimum=0.5, maximum=300)
+
+# The audit trail (dashboard/audit.py) keeps entries this many days; older ones are
+# deleted on a write at most once an hour.
+AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -3,13 +3,15 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
+from django.core.paginator import Paginator
 from django.db import connection
-from django.http import JsonResponse
+from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import services
+from dashboard import audit, services
 from dashboard.forms import AccountCreateForm, RoleForm, SignInForm
 from dashboard.sessions import session_counts
 from dashboard.models import Job
@@ -119,3 +121,35 @@ def user_end_sessions(request, user_id):
 def section(request, title, blurb):
     """A section of the navigation whose feature has not landed yet says so plainly."""
     return render(request, "dashboard/section.html", {"title": title, "blurb": blurb})
+
+
+@require_GET
+@operator_required
+def audit_page(request):
+    """The audit trail, newest first, with filters; 50 rows a page."""
+    form = audit.AuditFilterForm(request.GET)
+    valid = form.is_valid()
+    rows = audit.entries(form.cleaned_data if valid else None)
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "dashboard/audit.html", {
+        "form": form, "page": page, "query": query.urlencode(), "actions": audit.action_choices(),
+        "retention_days": settings.AUDIT_RETENTION_DAYS,
+    }, status=200 if valid else 400)
+
+
+@require_GET
+@operator_required
+def audit_csv(request):
+    """The same rows as the page with the same filters, as CSV."""
+    form = audit.AuditFilterForm(request.GET)
+    if not form.is_valid():
+        fields = {name: " ".join(errors) for name, errors in form.errors.items()}
+        message = "; ".join(f"{name}: {text}" for name, text in fields.items())
+        return JsonResponse({"error": {"code": "invalid", "message": message, "fields": fields}}, status=400)
+    response = StreamingHttpResponse(audit.csv_lines(audit.entries(form.cleaned_data)),
+                                     content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.csv"'
+    return response
