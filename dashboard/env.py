@@ -31,6 +31,17 @@ def envbool(name, default):
     raise ConfigError(f"{name}={raw!r} is not a yes/no value: use one of 1, 0, true, false, yes, no.")
 
 
+def envchoice(name, default, choices):
+    """One word out of `choices` (case does not matter); unset or empty gives `default`."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={raw!r} is not one of: {', '.join(choices)}.")
+    return value
+
+
 def envint(name, default, *, minimum=None, maximum=None):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -57,12 +68,14 @@ def envfloat(name, default, *, minimum=None, maximum=None):
     return value
 
 
-def envlist(name, default):
+def envlist(name, default, *, allow_empty=False):
+    """A comma-separated list. Set but empty is an error unless `allow_empty` (for lists
+    that may well be empty, which docker compose passes as NAME= when .env leaves them out)."""
     raw = os.environ.get(name)
     if raw is None:
         return list(default)
     items = [item.strip() for item in raw.split(",") if item.strip()]
-    if not items:
+    if not items and not allow_empty:
         raise ConfigError(f"{name} is set but empty: give a comma-separated list, or unset it.")
     return items
 

@@ -9,10 +9,12 @@ import socket
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from dashboard.env import (
     ConfigError,
     envbool,
+    envchoice,
     envfloat,
     envint,
     envlist,
@@ -48,7 +50,7 @@ MODELS_DISK_RESERVE_MB = envint("MODELS_DISK_RESERVE_MB", 1024, minimum=0)
 SECRET_KEY = secret_key(DATA_DIR)
 DEBUG = envbool("DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
-CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [], allow_empty=True)
 
 # The name of this GPU host: its Celery queue is host.<name> and its monitor
 # reports under it. One host by default; more hosts share Redis and the database.
@@ -70,6 +72,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "dashboard.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -152,8 +155,60 @@ LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 5, minimum=1)
 LOGIN_FAILURES_PER_ADDRESS = envint("LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
 LOGIN_COOLOFF_S = envint("LOGIN_COOLOFF_S", 300, minimum=1, maximum=7 * 24 * 3600)
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
-SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
+
+# How browsers reach the panel (README "Production"). KILN_TLS=off: plain http, as
+# the standalone runner serves it on 127.0.0.1, so cookies must work over http.
+# KILN_TLS=on: https, through a TLS proxy that sets X-Forwarded-Proto. Django learns
+# the scheme from the server rather than from a header anyone could send (so no
+# SECURE_PROXY_SSL_HEADER): gunicorn's uvicorn worker believes X-Forwarded-Proto
+# only from FORWARDED_ALLOW_IPS (default: this host's loopback), and that also
+# gives websockets their wss scheme.
+SERVED_OVER_HTTPS = envchoice("KILN_TLS", "off", ("off", "on")) == "on"
+SECURE_SSL_REDIRECT = SERVED_OVER_HTTPS
+# The container's healthcheck asks http://127.0.0.1:<port>/healthz, past the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", SERVED_OVER_HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Sent on https responses only. Browsers then refuse plain http to this host for
+# that long: a year by default, try a few minutes first.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if SERVED_OVER_HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SILENCED_SYSTEM_CHECKS = []
+if not SERVED_OVER_HTTPS:
+    # `check --deploy` asks for these only because it assumes https. Over plain
+    # http there is nothing to redirect to, browsers ignore HSTS, and a secure
+    # cookie never comes back, so nobody could sign in.
+    SILENCED_SYSTEM_CHECKS += ["security.W004", "security.W008"]
+    if not SESSION_COOKIE_SECURE:
+        SILENCED_SYSTEM_CHECKS += ["security.W012", "security.W016"]
+if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
+    # Preloading is a commitment the owner of the parent domain makes at
+    # hstspreload.org (it takes apex domains only); on the panel's name the token does nothing.
+    SILENCED_SYSTEM_CHECKS += ["security.W021"]
+
+# Content-Security-Policy on every response (django-csp: Django 5.2 has none built
+# in). Scripts come only from our own files, never inline or eval'd
+# (tests/dashboard/test_no_inline_scripts.py). Styles may be inline: templates keep
+# small <style> blocks, plotly.js and Swagger UI write style attributes.
+# dashboard/csp.py adds the page's own websocket origin to connect-src.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],  # plotly's and Swagger UI's icons
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = envlist("TIME_ZONE", ["UTC"])[0]

@@ -95,7 +95,7 @@ def test_standalone_runner_serves_the_panel_and_stops_cleanly(tmp_path, browser)
         assert page.inner_text("#svc-redis") == "up"
         # An operator action end to end: button → API → Redis → worker → row → page.
         page.click("#worker-check")
-        page.wait_for_function("document.getElementById('worker-check-result').textContent.includes('ran on')", timeout=30000)
+        page.wait_for_function("() => document.getElementById('worker-check-result').textContent.includes('ran on')", timeout=30000)
         # plotly.js is served locally (no CDN on these machines).
         response = page.request.get(base + "/static/vendor/plotly.min.js")
         assert response.status == 200 and len(response.body()) > 1_000_000

@@ -113,7 +113,7 @@ def test_launch_the_gemma_preset_from_the_page_watch_it_get_ready_live_and_stop_
     page.wait_for_selector("#live-dot.on", timeout=15000)
     dep_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
     badge = page.locator("#status-badge")
-    page.wait_for_function("document.getElementById('status-badge').textContent.trim() === 'Ready'", timeout=180000)
+    page.wait_for_function("() => document.getElementById('status-badge').textContent.trim() === 'Ready'", timeout=180000)
     assert "green" in badge.get_attribute("class")
     page.wait_for_timeout(500)
     log_text = page.locator("#log").inner_text()
@@ -134,7 +134,7 @@ def test_launch_the_gemma_preset_from_the_page_watch_it_get_ready_live_and_stop_
 
     page.goto(f"{asgi_server}/deployments/{dep_id}/")
     page.click("#stop-button")
-    page.wait_for_function("document.getElementById('status-badge').textContent.trim() === 'Stopped'", timeout=60000)
+    page.wait_for_function("() => document.getElementById('status-badge').textContent.trim() === 'Stopped'", timeout=60000)
     # The page reloads itself once stopped, to offer "Launch again" instead of Stop.
     page.wait_for_selector("#restart-button", timeout=15000)
     page.screenshot(path=str(ARTIFACTS / "deployment-detail-stopped.png"), full_page=True)
@@ -142,6 +142,6 @@ def test_launch_the_gemma_preset_from_the_page_watch_it_get_ready_live_and_stop_
     assert dep.status == "stopped" and engine_processes(dep) == []
     page.goto(f"{asgi_server}/deployments/profiles/new")
     page.fill("input[name=extra_args]", "--threads 2 && reboot")
-    page.wait_for_function("document.querySelector('[data-errors=extra_args]').textContent.includes('shell')",
+    page.wait_for_function("() => document.querySelector('[data-errors=extra_args]').textContent.includes('shell')",
                            timeout=10000)
     page.screenshot(path=str(ARTIFACTS / "profile-form.png"), full_page=True)

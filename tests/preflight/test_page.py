@@ -54,7 +54,7 @@ def test_plan_nvfp4_on_one_v100_stock_vllm_errors_then_1cat_clears_them_live(asg
 
     # switch to the sm70 build: the errors go away without a reload
     page.select_option("#id_runtime", str(onecat.pk))
-    page.wait_for_function("document.querySelectorAll('#preflight-panel li.error').length === 0", timeout=15000)
+    page.wait_for_function("() => document.querySelectorAll('#preflight-panel li.error').length === 0", timeout=15000)
     assert panel.locator('li.warning[data-code="nvfp4-emulated-on-sm70"]').count() == 1
     assert "1 warning" in panel.locator('[data-pf="state"]').inner_text()
     assert "1Cat-vLLM 0.10.2 sm70" in panel.locator('[data-pf="where"]').inner_text()
@@ -63,7 +63,7 @@ def test_plan_nvfp4_on_one_v100_stock_vllm_errors_then_1cat_clears_them_live(asg
     page.fill("#id_gpu_memory_utilization", "1.7")
     panel.locator('[data-pf="problems"] [data-field="gpu_memory_utilization"]').wait_for(timeout=15000)
     page.fill("#id_gpu_memory_utilization", "0.95")
-    page.wait_for_function("document.querySelector('#preflight-panel [data-pf=problems]').children.length === 0",
+    page.wait_for_function("() => document.querySelector('#preflight-panel [data-pf=problems]').children.length === 0",
                            timeout=15000)
     # CPU only: the bar is the machine's RAM
     page.select_option("#id_preset", presets.GEMMA_DEMO.slug)
@@ -71,7 +71,7 @@ def test_plan_nvfp4_on_one_v100_stock_vllm_errors_then_1cat_clears_them_live(asg
     page.select_option("#id_target", "cpu")
     panel.locator(".pf-gpu-name strong:has-text('RAM')").wait_for(timeout=15000)
     assert page.input_value("#id_engine") == "llamacpp"
-    page.wait_for_function("document.querySelector('#preflight-panel [data-pf=where]').textContent.includes('llamacpp')",
+    page.wait_for_function("() => document.querySelector('#preflight-panel [data-pf=where]').textContent.includes('llamacpp')",
                            timeout=15000)
     assert "for 4 × 4,096 tokens" in panel.locator('[data-answer="kv_tokens"]').inner_text()
     page.screenshot(path=str(artifacts / "plan-cpu-gemma.png"), full_page=True)
