@@ -26,3 +26,8 @@ def error_event(message: str, code: str = "upstream_error") -> bytes:
 
 def bad_request(message: str, param=None) -> HttpResponse:
     return error_response(400, message, "invalid_request_error", "invalid_request", param=param)
+
+
+def too_large(limit: int) -> HttpResponse:
+    return error_response(413, f"The request body is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE); send a "
+                               f"shorter prompt or raise that setting.", "invalid_request_error", "request_too_large")

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.http import HttpResponseBase
 
 from inference.gateway import views
-from inference.gateway.errors import error_response
+from inference.gateway.errors import too_large
 from inference.gateway.keys import parse_bearer
 
 # path -> whether the endpoint may stream
@@ -51,10 +51,7 @@ async def handle(scope, receive, send, secret: str) -> None:
     if body is None:
         return  # the client left before sending its body
     if body is False:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        await _send_response(send, error_response(
-            413, f"The request body is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE); send a "
-                 f"shorter prompt or raise that setting.", "invalid_request_error", "request_too_large"))
+        await _send_response(send, too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
         return
     result = await views.proxy(path, body, PATHS[path], secret=secret)
     if isinstance(result, HttpResponseBase):

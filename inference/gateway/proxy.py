@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -51,6 +52,71 @@ class Usage:
             self.prompt_tokens = int(u.get("prompt_tokens") or 0)
             self.completion_tokens = int(u.get("completion_tokens") or 0)
             self.seen = True
+
+
+class BadBody(ValueError):
+    """A request body the gateway refuses (400); `param` names the field, as OpenAI's errors do."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.message, self.param = message, param
+
+
+MAX_INT = 2**63 - 1  # what an engine's integer fields hold (a C int64_t, a database column)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadBody(f"The number {text} is too large: JSON numbers must be finite.")
+    return value
+
+
+def _no_constant(name: str):
+    raise BadBody(f"{name} is not a JSON number: send a finite number (or null).")
+
+
+# One decoder for every request: Infinity, NaN and numbers that overflow to
+# Infinity (1e400) are refused while parsing; everything else is json's own C scanner.
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
+
+
+def read_body(raw: bytes, path: str) -> dict:
+    """The client's JSON object, its fields checked for the type the gateway itself
+    relies on (the engine checks the values); BadBody when it is not usable.
+
+    Only what the gateway reads or what would otherwise crash it is checked here:
+    `model` (routing), `stream` and `stream_options` (usage), `messages` and
+    `max_tokens` (an engine given a wrong type answers with a 500 of its own).
+    """
+    try:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass") if raw else "{}"
+        body = _DECODER.decode(text)
+    except BadBody:
+        raise
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+        raise BadBody("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise BadBody("The request body must be a JSON object.")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadBody("'model' must be a string: the name of a model (GET /v1/models lists them).", "model")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadBody("'stream' must be true or false.", "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadBody("'stream_options' must be an object such as {\"include_usage\": true}.", "stream_options")
+    if path == "/v1/chat/completions" and "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise BadBody("'messages' must be a list of message objects such as "
+                          "{\"role\": \"user\", \"content\": \"Hi\"}.", "messages")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (type(value) is not int or not 0 <= value <= MAX_INT):
+            raise BadBody(f"'{name}' must be a whole number of tokens (0 to {MAX_INT}) or null.", name)
+    return body
 
 
 def prepare_body(body: dict, raw: bytes | None = None) -> tuple[bytes, bool]:

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth import aget_user
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -25,8 +26,8 @@ from django.views.decorators.http import require_POST
 
 from dashboard.roles import is_operator
 from inference.gateway import keys, routing, selectors, usage
-from inference.gateway.errors import bad_request, error_response
-from inference.gateway.proxy import Caller, Relay, open_upstream, prepare_body
+from inference.gateway.errors import bad_request, error_response, too_large
+from inference.gateway.proxy import BadBody, Caller, Relay, open_upstream, prepare_body, read_body
 from inference.gateway.routing import Upstream
 
 RETRY_AFTER_UNREACHABLE = 5
@@ -96,13 +97,17 @@ async def _proxy(request, path: str, streams: bool = True):
     anything the raw ASGI path (inference/gateway/fast.py) does not take."""
     if request.method != "POST":
         return error_response(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
+    try:
+        raw_body = request.body  # before the CSRF check, which would read a form post's stream
+    except RequestDataTooBig:
+        return too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     secret = keys.bearer(request)
     caller = None
     if not secret:
         caller, _, refused = await _caller(request)
         if refused:
             return refused
-    result = await proxy(path, request.body, streams, secret=secret, caller=caller)
+    result = await proxy(path, raw_body, streams, secret=secret, caller=caller)
     if not isinstance(result, Upstreamed):
         return result  # an error response
     if result.streaming:
@@ -182,13 +187,11 @@ async def _checked_request(path, raw_body, streams, info, verdict):
         return response
 
     try:
-        body = json.loads(raw_body or b"{}")
-    except ValueError:
-        return await refuse(bad_request("The request body is not valid JSON."))
-    if not isinstance(body, dict):
-        return await refuse(bad_request("The request body must be a JSON object."))
+        body = read_body(raw_body, path)
+    except BadBody as exc:
+        return await refuse(bad_request(exc.message, exc.param))
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not model:
         return await refuse(bad_request(
             "Name the model: the 'model' field is required (GET /v1/models lists them).", "model"))
     if info is not None and not info.allows(model):
