@@ -151,7 +151,40 @@ def signed_in_docs(view):
     return login_not_required(checked)
 
 
-api = NinjaAPI(
+# What any route may answer besides its own responses: the shared refusals, in the
+# one error shape. 400 only where there is input to refuse, 404 only where a path names a row.
+COMMON_REFUSALS = {
+    "400": "The input does not fit the schema (the field is named) or the body is not a JSON object.",
+    "401": "No signed-in session.",
+    "403": "A viewer asking for a change, a missing CSRF token, or a one-time password still to change.",
+    "404": "No such row.",
+}
+
+
+class KilnAPI(NinjaAPI):
+    """The one API; its document also lists the refusals every route shares, so a
+    client (or a fuzzer) reading it knows every status it can get."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        error = document._create_schema_from_model(ErrorOut, remove_level=False, mode="serialization")[0]
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                parameters = operation.get("parameters", [])
+                statuses = ["401", "403"]
+                if parameters or "requestBody" in operation:
+                    statuses.append("400")
+                if any(p.get("in") == "path" for p in parameters):
+                    statuses.append("404")
+                responses = operation["responses"]
+                for status in statuses:
+                    if status not in responses and int(status) not in responses:
+                        responses[status] = {"description": COMMON_REFUSALS[status],
+                                             "content": {"application/json": {"schema": error}}}
+        return document
+
+
+api = KilnAPI(
     title="Kiln API",
     version="1",
     description="Kiln's JSON API. Sign in to the panel first: every route uses the browser session "
@@ -163,9 +196,18 @@ api = NinjaAPI(
 )
 
 
+# Pydantic puts the member of a union it tried into an error's location ("include",
+# "list[function-after[_no_nul(), str]]", 0): not a field anyone wrote, so left out.
+_UNION_MEMBERS = {"str", "int", "float", "bool", "list", "dict"}
+
+
+def _union_member(part) -> bool:
+    return isinstance(part, str) and ("[" in part or part in _UNION_MEMBERS)
+
+
 def _field(loc) -> str:
     """("body", "payload", "repo_id") -> "repo_id"; ("path", "run_id") -> "run_id"."""
-    parts = [str(p) for p in loc]
+    parts = [str(p) for p in loc if not _union_member(p)]
     if parts and parts[0] in ("body", "form") and len(parts) > 2:
         parts = parts[2:]
     elif parts and parts[0] in ("body", "form", "path", "query", "header", "cookie"):

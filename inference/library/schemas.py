@@ -3,29 +3,32 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
+from pydantic import Field
+
 from dashboard.api import Count, Schema, Text
 
 
 class HubRequest(Schema):
-    """A repository on a hub, and which of its files: the download form and its preview."""
+    """A repository on a hub, and which of its files: the download form and its preview.
+    Text is at most as long as the row's column that keeps it."""
 
-    hub: Optional[Text] = None
-    source: Optional[Text] = None  # the older name of `hub`
-    repo_id: Optional[Text] = None
-    revision: Optional[Text] = None
+    hub: Optional[Text] = Field(None, max_length=20)
+    source: Optional[Text] = Field(None, max_length=20)  # the older name of `hub`
+    repo_id: Optional[Text] = Field(None, max_length=300)
+    revision: Optional[Text] = Field(None, max_length=200)
     include: Union[Text, list[Text], None] = None
     exclude: Union[Text, list[Text], None] = None
-    endpoint: Optional[Text] = None
-    token: Optional[Text] = None
+    endpoint: Optional[Text] = Field(None, max_length=500)
+    token: Optional[Text] = Field(None, max_length=500)
 
 
 class ImportRequest(Schema):
-    path: Text = ""
-    name: Text = ""
+    path: Text = Field("", max_length=1000)
+    name: Text = Field("", max_length=300)
 
 
 class ActionRequest(Schema):
-    token: Text = ""  # resume: a hub token for a gated model, kept until the download is ready
+    token: Text = Field("", max_length=500)  # resume: a hub token for a gated model, kept until the download is ready
 
 
 class Actions(Schema):
