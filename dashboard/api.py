@@ -143,6 +143,8 @@ def signed_in_docs(view):
     @wraps(view)
     def checked(request, *args, **kwargs):
         if request.user.is_authenticated:
+            if request.method not in ("GET", "HEAD"):  # both are read by GET; a POST changes nothing
+                return json_error("method_not_allowed", f"{request.method} is not allowed here; use GET.", 405)
             return view(request, *args, **kwargs)
         if request.resolver_match.url_name == "openapi-view":
             return redirect_to_login(request.get_full_path())

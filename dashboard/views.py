@@ -27,6 +27,7 @@ def healthz(request):
     return JsonResponse({"ok": True})
 
 
+@require_GET
 def home(request):
     return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
 
@@ -56,6 +57,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return "/"
 
 
+@require_GET
 def users(request):
     return render(request, "dashboard/users.html", _users_context(AccountCreateForm()))
 
@@ -65,8 +67,6 @@ def _users_context(form):
     counts = session_counts()
     rows = [(user, role_of(user), counts.get(user.pk, 0)) for user in User.objects.order_by("username")]
     return {"rows": rows, "form": form}
-
-
 
 
 @require_POST

@@ -22,9 +22,9 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.roles import is_operator
+from dashboard.roles import is_operator, operator_required
 from inference.gateway import keys, routing, selectors, usage
 from inference.gateway.errors import bad_request, error_response, too_large
 from inference.gateway.proxy import BadBody, Caller, Relay, open_upstream, prepare_body, read_body
@@ -307,6 +307,8 @@ async def embeddings(request):
 @login_not_required
 @csrf_exempt
 async def models(request):
+    if request.method != "GET":
+        return error_response(405, "/v1/models takes GET.", "invalid_request_error", "method_not_allowed")
     caller, info, refused = await _caller(request, count=False)
     if refused:
         return refused
@@ -321,6 +323,7 @@ async def models(request):
 USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168}
 
 
+@require_GET
 def keys_page(request):
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - dt.timedelta(hours=hours)
@@ -337,7 +340,10 @@ def keys_page(request):
     })
 
 
+# A key calls the gateway as its owner; creating and revoking keys is an operator's
+# action (a viewer sees the page, their own keys and usage, but no buttons).
 @require_POST
+@operator_required
 def key_create(request):
     allowed = request.POST.getlist("allowed_models") + request.POST.get("allowed_extra", "").split(",")
     try:
@@ -357,6 +363,7 @@ def key_create(request):
 
 
 @require_POST
+@operator_required
 def key_revoke(request, key_id):
     key = get_object_or_404(selectors.keys_for(request.user), pk=key_id)
     if keys.key_revoke(key=key, by=request.user):
@@ -364,6 +371,7 @@ def key_revoke(request, key_id):
     return redirect("gateway_keys")
 
 
+@require_GET
 def playground(request):
     deployments = selectors.ready_deployments()
     return render(request, "gateway/playground.html", {"deployments": deployments})

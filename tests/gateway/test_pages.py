@@ -39,7 +39,7 @@ def test_playground_streams_an_answer_and_shows_ttft_and_tokens_per_second(tmp_p
         page.fill("#pg-input", "What is a kiln?")
         page.click("#pg-send")
         # Text appears while the answer streams, before the stats line.
-        page.wait_for_function("document.querySelector('.msg.assistant .text')?.textContent.length > 0",
+        page.wait_for_function("() => document.querySelector('.msg.assistant .text')?.textContent.length > 0",
                                timeout=60000)
         stats = page.wait_for_selector(".msg.assistant .stats", timeout=120000).inner_text()
         assert "TTFT" in stats and "tok/s" in stats and "40 tokens" in stats, stats
@@ -66,7 +66,7 @@ def test_keys_page_creates_a_key_shown_once_that_works_and_revokes_it(asgi_serve
     with running_stub() as stub:
         deployment("stub", stub.port, model="stub-model")
         page = browser.new_page()
-        sign_in(page, asgi_server, viewer)
+        sign_in(page, asgi_server, operator)  # creating and revoking keys is an operator's action
         page.click("text=API keys")
         page.wait_for_url(asgi_server + "/keys/")
         page.fill("input[name=name]", "my notebook")
@@ -75,7 +75,7 @@ def test_keys_page_creates_a_key_shown_once_that_works_and_revokes_it(asgi_serve
         page.click("text=Create key")
         secret = page.inner_text("#new-key-secret")
         assert secret.startswith("kiln-") and len(secret) > 40
-        row = ApiKey.objects.get(user=viewer)
+        row = ApiKey.objects.get(user=operator)
         assert row.allowed_models == ["stub-model"] and row.rate_limit == 30 and secret not in row.hashed_key
         assert row.prefix in page.inner_text("#keys-table")
 
@@ -100,12 +100,15 @@ def test_keys_page_creates_a_key_shown_once_that_works_and_revokes_it(asgi_serve
                        json={"model": "stub-model", "messages": [{"role": "user", "content": "a b"}]})
         assert r.status_code == 401
 
-    # A viewer cannot revoke someone else's key; the operator sees everyone's.
+    # A viewer sees only their own keys, no buttons, and cannot revoke a key (403); the operator sees everyone's.
     from inference.gateway import keys
 
     other, _ = keys.key_create(user=operator, name="ops")
+    browser.clear_cookies()
+    sign_in(page, asgi_server, viewer)
     page.goto(asgi_server + "/keys/")
-    assert "ops" not in page.inner_text("#keys-table")
+    table = page.query_selector("#keys-table")  # the viewer has no keys: "No keys yet."
+    assert (table is None or "ops" not in table.inner_text()) and page.query_selector("text=Create key") is None
     token = [c["value"] for c in browser.cookies() if c["name"] == "csrftoken"][0]
     refused = page.request.post(f"{asgi_server}/keys/{other.pk}/revoke", headers={"X-CSRFToken": token})
-    assert refused.status == 404 and ApiKey.objects.get(pk=other.pk).revoked is None
+    assert refused.status == 403 and ApiKey.objects.get(pk=other.pk).revoked is None
