@@ -34,6 +34,7 @@ from django.urls import Resolver404, resolve
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from dashboard import signin
 from dashboard.models import AuditEntry
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,9 @@ _last_prune = float("-inf")
 
 
 def client_address(request) -> str | None:
-    """REMOTE_ADDR only: X-Forwarded-For is whatever the client chose to send."""
-    address = (request.META.get("REMOTE_ADDR") or "").strip() if request is not None else ""
-    return address or None
+    """Where the request came from, as the sign-in throttle sees it (signin.client_address:
+    REMOTE_ADDR, or the forwarded address when a TRUSTED_PROXIES proxy sent it)."""
+    return (signin.client_address(request) or None) if request is not None else None
 
 
 def result_of(status_code: int) -> str:

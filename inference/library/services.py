@@ -38,8 +38,8 @@ from dashboard import jobs
 from dashboard.celery import host_queue
 from inference.library import selectors, tasks
 from inference.library.downloader import (PART_SUFFIX, VERIFIED_MANIFEST, DownloadCancelled, DownloadError,
-                                  NotEnoughDiskSpace, check_disk_space, download, hash_file,
-                                  ImportRefused, import_local, scan_local, target_path, verify_folder)
+                                          NotEnoughDiskSpace, check_disk_space, download, hash_file, target_path)
+from inference.library.localfiles import ImportRefused, import_local, scan_local, verify_folder
 from inference.library.hubs.base import HubError, RemoteFile, RetryPolicy
 from inference.library.hubs.huggingface import HuggingFaceHub
 from inference.library.hubs.modelscope import DEFAULT_REVISION as MS_DEFAULT_REVISION
@@ -325,7 +325,7 @@ def model_import_local(*, user, path, name=""):
     Checked now, so that the form answers at once, and again by the worker
     before it reads a byte (the folder may change in between): the real path
     must be inside IMPORT_ROOTS (when set) and outside /proc, /sys and /dev,
-    and no link in the folder may lead out of it (downloader.import_local).
+    and no link in the folder may lead out of it (localfiles.import_local).
     """
     typed = (path or "").strip()
     if not typed or "\x00" in typed or not os.path.isabs(os.path.expanduser(typed)):

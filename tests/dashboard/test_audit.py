@@ -65,6 +65,14 @@ def test_a_viewers_refused_action_is_recorded_as_refused(viewer):
     assert SECRET not in stored_text(entry)
 
 
+def test_behind_a_trusted_proxy_the_row_has_the_forwarded_address_as_the_throttle_sees_it(viewer, settings):
+    settings.TRUSTED_PROXIES = ["10.9.9.9"]
+    c = client_for(viewer, "10.9.9.9")
+    c.post("/api/models/", {"repo_id": "org/Tiny"}, content_type="application/json",
+           HTTP_X_FORWARDED_FOR="203.0.113.7, 10.9.9.9")
+    assert AuditEntry.objects.get().address == "203.0.113.7"
+
+
 def test_sign_in_and_failed_sign_in_are_recorded_without_the_password(operator):
     c = Client(REMOTE_ADDR="192.0.2.7")
     assert c.post("/login/", {"username": "olga", "password": "wrong-password-123"}).status_code == 200

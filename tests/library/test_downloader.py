@@ -11,8 +11,8 @@ import time
 import pytest
 
 from inference.library.downloader import (DownloadCancelled, DownloadFailed, NotEnoughDiskSpace,
-                                  PART_SUFFIX, check_disk_space, download, import_local,
-                                  target_path, verify_folder)
+                                          PART_SUFFIX, check_disk_space, download, target_path)
+from inference.library.localfiles import import_local, verify_folder
 from inference.library.hubs.base import RemoteFile, RetryPolicy, UnsafePathError
 from inference.library.hubs.huggingface import HuggingFaceHub
 from inference.library.hubs.modelscope import ModelScopeHub

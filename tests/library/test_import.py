@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from inference.library import downloader, services
-from inference.library.downloader import ImportRefused, LocalLink, import_local
+from inference.library import localfiles, services
+from inference.library.localfiles import ImportRefused, LocalLink, import_local
 from inference.models import ModelArtifact
 from tests.helpers import REPO, child_env, wait_until
 from tests.library.helpers import MiB, Worker, login
@@ -86,7 +86,7 @@ def test_a_file_turned_into_a_link_after_the_request_fails_in_the_worker_unhashe
 
 def test_a_file_swapped_for_a_link_between_the_check_and_the_hash_is_not_read(tmp_path, secret, monkeypatch):
     folder = make_model(tmp_path / "m")
-    checked = downloader._scan
+    checked = localfiles._scan
 
     def scan_then_swap(path, roots):
         model, fd = checked(path, roots)
@@ -94,7 +94,7 @@ def test_a_file_swapped_for_a_link_between_the_check_and_the_hash_is_not_read(tm
         os.symlink(secret, folder / "model.safetensors")
         return model, fd
 
-    monkeypatch.setattr(downloader, "_scan", scan_then_swap)
+    monkeypatch.setattr(localfiles, "_scan", scan_then_swap)
     hashed = []
     with pytest.raises(ImportRefused) as refused:
         import_local(str(folder), on_bytes=hashed.append)
