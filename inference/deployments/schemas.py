@@ -86,37 +86,42 @@ OptionalFloat = Annotated[Optional[float], Blank]
 # --------------------------------------------------------------------------- requests
 
 
-class ProfileFields(Schema):
-    """The launch-profile form's fields (all optional here: the form says what is missing)."""
+class EngineFields(Schema):
+    """What the launch form and preflight both read: the engine's settings for a launch."""
 
-    name: Optional[Text] = None
     runtime: OptionalId = None
     model: OptionalId = None
-    model_path: Optional[Text] = None
-    served_model_name: Optional[Text] = None
     gpus: GpuIndexes = None
     tensor_parallel_size: OptionalInt = None
     dtype: Optional[Text] = None
     quantization: Optional[Text] = None
     max_model_len: OptionalInt = None
     gpu_memory_utilization: OptionalFloat = None
-    swap_space_gb: OptionalFloat = None
-    cpu_offload_gb: OptionalFloat = None
     kv_cache_dtype: Optional[Text] = None
     attention_backend: Optional[Text] = None
-    enable_prefix_caching: OnOff = None
     max_num_seqs: OptionalInt = None
     speculative_config: JsonObject = None
-    bind_host: Optional[Text] = None
-    port: OptionalInt = None
-    api_key: Optional[Text] = None
-    env: Environment = None
     extra_args: Arguments = None
-    trust_remote_code: Annotated[Optional[bool], Blank] = None
 
     def form_data(self) -> dict:
         """The values as the form reads a post: only what was given."""
         return self.model_dump(exclude_none=True)
+
+
+class ProfileFields(EngineFields):
+    """The launch-profile form's fields (all optional here: the form says what is missing)."""
+
+    name: Optional[Text] = None
+    model_path: Optional[Text] = None
+    served_model_name: Optional[Text] = None
+    swap_space_gb: OptionalFloat = None
+    cpu_offload_gb: OptionalFloat = None
+    enable_prefix_caching: OnOff = None
+    bind_host: Optional[Text] = None
+    port: OptionalInt = None
+    api_key: Optional[Text] = None
+    env: Environment = None
+    trust_remote_code: Annotated[Optional[bool], Blank] = None
 
 
 class LaunchRequest(Schema):

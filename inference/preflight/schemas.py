@@ -10,39 +10,21 @@ from __future__ import annotations
 from typing import Annotated, Optional, Union
 
 from dashboard.api import Blank, Schema, Text
-from inference.deployments.schemas import (Arguments, GpuIndexes, JsonObject, OptionalFloat, OptionalId,
-                                           OptionalInt)
+from inference.deployments.schemas import EngineFields
 
 # Bytes and tokens come from the fit's arithmetic: whole numbers mostly, a float where a
 # ratio went into them; each is passed on as it was computed.
 Number = Union[int, float]
 
 
-class PreflightRequest(Schema):
-    """The launch form's fields (others, such as name or port, are ignored) and what to plan with."""
+class PreflightRequest(EngineFields):
+    """The launch form's engine fields (others, such as name or port, are ignored) and what to plan with."""
 
-    runtime: OptionalId = None
     engine: Optional[Text] = None
     engine_version: Optional[Text] = None
     sm70_build: Annotated[Optional[bool], Blank] = None
-    model: OptionalId = None
     preset: Optional[Text] = None
     target: Optional[Text] = None
-    gpus: GpuIndexes = None
-    tensor_parallel_size: OptionalInt = None
-    dtype: Optional[Text] = None
-    quantization: Optional[Text] = None
-    max_model_len: OptionalInt = None
-    gpu_memory_utilization: OptionalFloat = None
-    kv_cache_dtype: Optional[Text] = None
-    attention_backend: Optional[Text] = None
-    max_num_seqs: OptionalInt = None
-    speculative_config: JsonObject = None
-    extra_args: Arguments = None
-
-    def form_data(self) -> dict:
-        """The values as the form reads a post: only what was given."""
-        return self.model_dump(exclude_none=True)
 
 
 class Finding(Schema):
