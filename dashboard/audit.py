@@ -51,6 +51,7 @@ ACTIONS: dict[str, str] = {
     "user_role": "user.role_change",
     "user_reset_password": "user.password_reset",
     "user_end_sessions": "user.end_sessions",
+    "user_active": "user.disable_or_enable",
     # API keys (pages)
     "gateway_key_create": "key.create",
     "gateway_key_revoke": "key.revoke",

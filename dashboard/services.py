@@ -15,6 +15,7 @@ from dashboard.models import Account, Job
 from dashboard.roles import set_role
 from dashboard.sessions import user_sessions
 from dashboard.tasks import run_worker_check
+from inference.gateway.keys import forget_user_keys
 
 MONITOR_HEARTBEAT_KEY = "kiln:monitor:{host}"
 
@@ -54,6 +55,16 @@ def account_end_sessions(*, user, keep=None):
     ended = [session.pk for session in user_sessions(user) if session.pk != keep]
     Session.objects.filter(pk__in=ended).delete()
     return len(ended)
+
+
+def account_set_active(*, user, active):
+    """Disable (or enable again) a user's account. A disabled user cannot sign in,
+    their open sessions end now, and their API keys stop working at the gateway
+    (it refuses keys of inactive users). Nothing of theirs is deleted."""
+    user.is_active = active
+    user.save(update_fields=["is_active"])
+    forget_user_keys(user)  # the gateway's copies (or refusals) of their keys are read again
+    return 0 if active else account_end_sessions(user=user)
 
 
 def account_password_changed(*, user):

@@ -8,6 +8,7 @@ from django.db import connection
 from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
@@ -115,6 +116,21 @@ def user_end_sessions(request, user_id):
     messages.success(request, ngettext(
         "Ended %(count)d session of %(user)s.", "Ended %(count)d sessions of %(user)s.", ended
     ) % {"count": ended, "user": user.username})
+    return redirect("users")
+
+
+@require_POST
+@operator_required
+def user_active(request, user_id):
+    """Disable a user (sign-in refused, sessions ended) or enable them again."""
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    active = request.POST.get("active") == "on"
+    if user == request.user and not active:
+        messages.error(request, _("You cannot disable your own account; ask another operator."))
+    else:
+        services.account_set_active(user=user, active=active)
+        message = _("%(user)s can sign in again.") if active else _("%(user)s is disabled and signed out.")
+        messages.success(request, message % {"user": user.username})
     return redirect("users")
 
 

@@ -94,6 +94,15 @@ def key_revoke(*, key: ApiKey, by) -> bool:
     return bool(updated)
 
 
+def forget_user_keys(user) -> None:
+    """Drop the Redis copies of a user's keys at commit (their account was disabled or
+    enabled): the next request with one reads the database, which refuses an inactive owner."""
+    hashes = list(ApiKey.objects.filter(user=user).values_list("hashed_key", flat=True))
+    for hashed in hashes:
+        _seen.pop(hashed, None)
+    transaction.on_commit(lambda: [forget(hashed) for hashed in hashes])
+
+
 def forget(hashed: str) -> None:
     import redis as redis_lib
     from django.conf import settings

@@ -59,6 +59,7 @@ PAGES = {
     "users/<int:user_id>/role": {"POST": CHANGE},
     "users/<int:user_id>/reset-password": {"POST": CHANGE},
     "users/<int:user_id>/end-sessions": {"POST": CHANGE},
+    "users/<int:user_id>/active": {"POST": CHANGE},
     "audit/": {"GET": OPERATOR_READ},
     "audit.csv": {"GET": OPERATOR_READ},
     "deployments/plan": {"GET": READ},

@@ -230,3 +230,42 @@ def test_resetting_a_password_ends_that_users_sessions(client, operator, viewer)
     assert not signed_in(away)
     assert get_user_model().objects.get(pk=viewer.pk).account.must_change_password
     assert not [s for s in Session.objects.all() if s.get_decoded().get("_auth_user_id") == str(viewer.pk)]
+
+
+def test_a_disabled_user_is_signed_out_cannot_sign_in_and_their_keys_stop_until_enabled(
+        transactional_db, client, operator, viewer, redis_clean):
+    # transactional: the gateway's async views read the key on another thread's connection
+    from inference.gateway import keys
+
+    key, secret = keys.key_create(user=viewer, name="script")
+    laptop = Client()
+    sign_in(laptop, viewer.username, viewer.plain_password)
+    sign_in(client, operator.username, operator.plain_password)
+
+    assert Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 200  # cached now
+    response = client.post(f"/users/{viewer.pk}/active", follow=True)
+    assert "victor is disabled and signed out." in response.content.decode() and "disabled" in response.content.decode()
+    viewer.refresh_from_db()
+    assert viewer.is_active is False
+    assert laptop.get("/").status_code == 302  # signed out
+    again = Client()
+    sign_in(again, viewer.username, viewer.plain_password)
+    assert not signed_in(again)
+    refused = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert refused.status_code == 401
+
+    assert "cannot disable your own account" in client.post(f"/users/{operator.pk}/active", follow=True).content.decode()
+    operator.refresh_from_db()
+    assert operator.is_active
+
+    client.post(f"/users/{viewer.pk}/active", {"active": "on"})
+    viewer.refresh_from_db()
+    assert viewer.is_active is True
+    assert Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {secret}").status_code == 200
+
+
+def test_a_viewer_cannot_disable_anyone(client, operator, viewer):
+    sign_in(client, viewer.username, viewer.plain_password)
+    assert client.post(f"/users/{operator.pk}/active").status_code == 403
+    operator.refresh_from_db()
+    assert operator.is_active
