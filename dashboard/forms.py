@@ -1,7 +1,6 @@
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
-from django.contrib.auth.signals import user_login_failed
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import signin
@@ -44,13 +43,13 @@ class SignInForm(AuthenticationForm):
         if username is not None:
             throttle = signin.throttled(username, signin.client_address(self.request))
             if throttle:
-                # A refused sign-in is a failed one for whoever listens (the audit trail).
-                user_login_failed.send(sender=__name__, request=self.request,
-                                       credentials={"username": username, "password": "********"})
+                # No password was checked, and nothing is recorded: the failures that
+                # reached the limit are in the audit trail, and a flood of refused
+                # attempts must not become a flood of rows.
                 raise self.throttled_error(throttle)
         cleaned = super().clean()
         if self.user_cache is not None:
-            signin.record_success(username)
+            signin.record_success(username, signin.client_address(self.request))
         return cleaned
 
     def get_invalid_login_error(self):

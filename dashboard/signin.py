@@ -1,13 +1,17 @@
-"""The sign-in throttle: failed sign-ins counted per account and per client address.
+"""The sign-in throttle: failed sign-ins counted per account (from each address)
+and per client address.
 
 The counts live in Redis (settings.REDIS_URL, which every Kiln process already
 uses), so every web worker sees the same numbers. Each failure adds one to the
-account's count and to the address's count and starts that count's cool-off
-again (LOGIN_COOLOFF_S). Once a count reaches its limit, sign-in for that
-account or from that address is refused without checking the password until
-the key expires -- refused attempts are not counted, so the owner is never
-locked out for longer than one cool-off after the last real failure, however
-long an attacker keeps trying. The remaining seconds are the key's time to live.
+account's count from that address and to the address's own count, and starts
+that count's cool-off again (LOGIN_COOLOFF_S). Once a count reaches its limit,
+sign-in to that account from that address, or anything from that address, is
+refused without checking the password until the key expires. Refused attempts
+are not counted. The account's count is per address so that nobody elsewhere
+can keep its owner locked out: guessing from one address stops after
+LOGIN_FAILURES_PER_ACCOUNT, from many after LOGIN_FAILURES_PER_ADDRESS each,
+and the owner's own address is never affected by someone else's failures.
+The remaining seconds are the key's time to live.
 
 A successful sign-in clears its account's count, not its address's: otherwise
 one valid (viewer) account would let an address guess other passwords forever.
@@ -58,7 +62,7 @@ def _redis():
 def _counters(username, address):
     # Usernames differ only in case for nobody (AccountCreateForm refuses that),
     # so "Olga" and "olga" share a count; hashed to keep the key short and plain.
-    account = hashlib.sha256((username or "").strip().casefold().encode()).hexdigest()[:32]
+    account = hashlib.sha256(f"{(username or '').strip().casefold()}|{address}".encode()).hexdigest()[:32]
     return [
         (KEY.format(scope="account", value=account), settings.LOGIN_FAILURES_PER_ACCOUNT, "account"),
         (KEY.format(scope="address", value=address), settings.LOGIN_FAILURES_PER_ADDRESS, "address"),
@@ -100,8 +104,8 @@ def record_failure(username, address):
         log.error("sign-in throttle unavailable, failure not counted: Redis: %s", exc)
 
 
-def record_success(username):
+def record_success(username, address):
     try:
-        _redis().delete(_counters(username, "")[0][0])
+        _redis().delete(_counters(username, address)[0][0])
     except redis.RedisError as exc:
         log.error("sign-in throttle unavailable: Redis: %s", exc)
