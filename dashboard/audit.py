@@ -28,6 +28,7 @@ from typing import Iterator
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.db import transaction
 from django.urls import Resolver404, resolve
@@ -261,6 +262,9 @@ def _signed_in(sender, request, user, **kwargs):
 def _sign_in_failed(sender, credentials, request=None, **kwargs):
     # Django has already replaced the password in `credentials` with stars; only the name is kept.
     tried = str(credentials.get("username", "") or "")[:150]
+    # People type passwords into the name box: keep the name only when it is an account's.
+    if not get_user_model().objects.filter(username__iexact=tried.strip()).exists():
+        tried = "(unknown)"
     _write(user_id=None, username=tried, address=client_address(request), action=SIGN_IN_FAILED,
            method=getattr(request, "method", "") or "", path=(getattr(request, "path", "") or "")[:500],
            object_type="user", object_id=tried[:100], status_code=None, result=AuditEntry.Result.REFUSED,
@@ -300,6 +304,11 @@ class AuditFilterForm(forms.Form):
         for name in ("user", "action", "object"):
             if "\x00" in (cleaned.get(name) or ""):
                 self.add_error(name, _("must not contain a NUL character"))
+        since, until = cleaned.get("since"), cleaned.get("until")
+        for name, day in (("since", since), ("until", until)):
+            if day and not dt.date(1970, 1, 1) <= day <= dt.date(9000, 12, 31):
+                self.add_error(name, _("give a date between 1970 and 9000"))
+                cleaned[name] = None
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and since > until:
             self.add_error("until", _("must not be before From"))

@@ -36,7 +36,7 @@ def set_role(user, role):
 
 
 def wants_json(request):
-    return request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", "")
+    return request.path.startswith(("/api/", "/v1/")) or "application/json" in request.headers.get("Accept", "")
 
 
 def operator_required(view):

@@ -63,8 +63,9 @@ def account_set_active(*, user, active):
     (it refuses keys of inactive users). Nothing of theirs is deleted."""
     user.is_active = active
     user.save(update_fields=["is_active"])
+    ended = 0 if active else account_end_sessions(user=user)
     forget_user_keys(user)  # the gateway's copies (or refusals) of their keys are read again
-    return 0 if active else account_end_sessions(user=user)
+    return ended
 
 
 def account_password_changed(*, user):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from inference.models import ApiKey
 
 KEY_PREFIX = "kiln-"
 CACHE_TTL_S = 60
+
+logger = logging.getLogger(__name__)
 
 
 class KeyFormError(ValueError):
@@ -100,14 +103,21 @@ def forget_user_keys(user) -> None:
     hashes = list(ApiKey.objects.filter(user=user).values_list("hashed_key", flat=True))
     for hashed in hashes:
         _seen.pop(hashed, None)
-    transaction.on_commit(lambda: [forget(hashed) for hashed in hashes])
+    transaction.on_commit(lambda: [forget(hashed, quiet=True) for hashed in hashes])
 
 
-def forget(hashed: str) -> None:
+def forget(hashed: str, quiet: bool = False) -> None:
+    """Delete the key's Redis copy. `quiet`: a Redis that does not answer is logged,
+    not raised (its copy expires by itself; the database already says no)."""
     import redis as redis_lib
     from django.conf import settings
 
-    redis_lib.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).delete(cache_key(hashed))
+    try:
+        redis_lib.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).delete(cache_key(hashed))
+    except redis_lib.RedisError as exc:
+        if not quiet:
+            raise
+        logger.warning("could not drop a key's cached copy (it expires by itself): %s", exc)
 
 
 # ---------------------------------------------------------------- authentication

@@ -15,8 +15,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from inference.library.downloader import (PART_SUFFIX, VERIFIED_MANIFEST, DownloadError, hash_file, hash_stream,
-                                          target_path)
+from inference.library.downloader import PART_SUFFIX, VERIFIED_MANIFEST, DownloadError, hash_stream
+from inference.library.hubs.base import safe_relative_path
+
 
 @dataclass
 class VerifyReport:
@@ -36,17 +37,44 @@ class VerifyReport:
 def verify_folder(dest_dir: str, recorded: dict[str, str], *,
                   cancel: threading.Event | None = None,
                   on_bytes: Callable[[int], None] | None = None) -> VerifyReport:
-    """Re-hash every recorded file (path -> sha256) and report what changed."""
+    """Re-hash every recorded file (path -> sha256) and report what changed.
+
+    Like an import, it opens each file from the folder's descriptor one name at a
+    time without following links: a file that became a link (or anything but a
+    regular file) is reported as changed and never read, so no sha256 of a file
+    outside the folder can reach the report."""
     report = VerifyReport(ok=True, checked=0)
-    for rel, expected in sorted(recorded.items()):
-        full = target_path(dest_dir, rel)
-        if not os.path.isfile(full):
-            report.missing.append(rel)
-            continue
-        actual = hash_file(full, cancel=cancel, on_bytes=on_bytes)
-        report.checked += 1
-        if actual != expected.lower():
-            report.changed.append({"path": rel, "expected": expected.lower(), "actual": actual})
+    try:
+        root_fd = os.open(dest_dir, os.O_RDONLY | _NOFOLLOW | _DIRECTORY)
+    except OSError:
+        report.missing.extend(sorted(recorded))
+        report.ok = False
+        return report
+    try:
+        for rel, expected in sorted(recorded.items()):
+            safe_relative_path(rel)  # refuses "..", absolute and other unsafe names (links are met below)
+            try:
+                fd = _open_beneath(root_fd, rel)
+            except OSError as exc:
+                if exc.errno in _LINK_ERRNOS:
+                    report.changed.append({"path": rel, "expected": expected.lower(),
+                                           "actual": "a link now (not followed)"})
+                else:
+                    report.missing.append(rel)
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    report.changed.append({"path": rel, "expected": expected.lower(),
+                                           "actual": "not a regular file now"})
+                    continue
+                actual = _hash_opened(fd, rel, cancel, on_bytes).sha256
+            finally:
+                os.close(fd)
+            report.checked += 1
+            if actual != expected.lower():
+                report.changed.append({"path": rel, "expected": expected.lower(), "actual": actual})
+    finally:
+        os.close(root_fd)
     report.ok = not report.changed and not report.missing
     return report
 

@@ -289,3 +289,19 @@ def test_an_unnamed_route_still_records_its_url_name(operator, monkeypatch):
     client_for(operator).post("/keys/new", {"name": "x", "rate_limit": "0"})
     entry = AuditEntry.objects.get()
     assert entry.action == "gateway_key_create" and entry.object_type == ""
+
+
+def test_a_name_that_is_no_account_is_not_kept(db):
+    # People type their password into the name box: such a "name" must not sit in the trail.
+    Client(REMOTE_ADDR="192.0.2.8").post("/login/", {"username": "hunter2-my-password", "password": "x"})
+    entry = AuditEntry.objects.get()
+    assert entry.username == "(unknown)" and "hunter2" not in stored_text(entry)
+
+
+def test_dates_out_of_range_are_a_form_error_not_a_crash(operator):
+    c = client_for(operator)
+    for query in ({"until": "9999-12-31"}, {"since": "0001-01-01"}):
+        for path in ("/audit/", "/audit.csv"):
+            response = c.get(path, query)
+            assert response.status_code in (200, 400), (path, query)
+            assert response.status_code == 400 or b"between 1970 and 9000" in response.content

@@ -124,3 +124,9 @@ def test_both_ways_into_the_gateway_answer_bad_bodies_with_a_400_and_nothing_rea
                 assert r.status_code == 200 and "data: [DONE]" in r.text, (way, r.text[:300])
                 assert len(stub.requests) == 1
                 stub.requests.clear()
+
+
+def test_an_unknown_v1_path_answers_json(client, operator):
+    client.force_login(operator)
+    response = client.get("/v1/nothing-here")
+    assert response.status_code == 404 and response["Content-Type"].startswith("application/json")

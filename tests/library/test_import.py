@@ -220,3 +220,17 @@ def test_import_roots_must_be_absolute_folders():
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str([os.path.realpath("/srv/models"), os.path.realpath("/data/models")])
+
+
+def test_re_verify_never_reads_a_file_that_became_a_link_out_of_the_folder(tmp_path, secret):
+    from inference.library.localfiles import verify_folder
+
+    folder = make_model(tmp_path / "m")
+    model = import_local(str(folder))
+    os.remove(folder / "model.safetensors")
+    os.symlink(secret, folder / "model.safetensors")
+    report = verify_folder(str(folder), model.recorded_hashes)
+    assert not report.ok and report.checked == 1  # config.json only
+    assert report.changed == [{"path": "model.safetensors", "expected": model.recorded_hashes["model.safetensors"],
+                               "actual": "a link now (not followed)"}]
+    assert hashlib.sha256(SECRET).hexdigest() not in report.summary()
