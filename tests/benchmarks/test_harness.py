@@ -27,7 +27,7 @@ from inference.benchmarks.harness import (
 from inference.benchmarks.server import ServerTokenizer, metrics_delta
 from inference.benchmarks.stream import SSEParser
 from inference.engines.metrics import parse_prometheus_text, sum_by_name
-from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, free_port
+from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, free_port, stop_group
 from tests.sse_stub import StubScript, running_stub
 
 # Scheduler slack on a shared 2-core machine: sleeps wake late, never early.
@@ -326,11 +326,8 @@ def llama_server():
             pytest.fail(f"llama-server did not become healthy in 120 s; see {log.name}")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        # The whole group: the llama-cpp-server wrapper does not pass SIGTERM on to llama-server.
+        stop_group(proc)
         log.close()
 
 
