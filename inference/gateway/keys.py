@@ -91,19 +91,21 @@ def key_create(*, user, name: str, allowed_models=(), rate_limit: int = 60) -> t
 def key_revoke(*, key: ApiKey, by) -> bool:
     """Revoke `key` (False if it already was). The Redis copy goes at commit."""
     updated = ApiKey.objects.filter(pk=key.pk, revoked__isnull=True).update(revoked=timezone.now(), revoked_by=by)
-    hashed = key.hashed_key
-    _seen.pop(hashed, None)
-    transaction.on_commit(lambda: forget(hashed))
+    _drop_copies([key.hashed_key], quiet=False)
     return bool(updated)
 
 
 def forget_user_keys(user) -> None:
     """Drop the Redis copies of a user's keys at commit (their account was disabled or
     enabled): the next request with one reads the database, which refuses an inactive owner."""
-    hashes = list(ApiKey.objects.filter(user=user).values_list("hashed_key", flat=True))
+    _drop_copies(list(ApiKey.objects.filter(user=user).values_list("hashed_key", flat=True)), quiet=True)
+
+
+def _drop_copies(hashes: list[str], *, quiet: bool) -> None:
+    """Forget these keys' vouches in this process now, and their Redis copies at commit."""
     for hashed in hashes:
         _seen.pop(hashed, None)
-    transaction.on_commit(lambda: [forget(hashed, quiet=True) for hashed in hashes])
+    transaction.on_commit(lambda: [forget(hashed, quiet=quiet) for hashed in hashes])
 
 
 def forget(hashed: str, quiet: bool = False) -> None:
