@@ -559,3 +559,168 @@ class UsageRecord(models.Model):
     class Meta:
         ordering = ["-minute"]
         indexes = [models.Index(fields=["key", "minute"]), models.Index(fields=["deployment", "minute"])]
+
+
+# ---------------------------------------------------------------- batch jobs (OpenAI Batch API)
+def _public_id(prefix):
+    import secrets
+
+    return lambda: f"{prefix}{secrets.token_hex(12)}"
+
+
+def new_file_id():
+    return _public_id("file-")()
+
+
+def new_batch_id():
+    return _public_id("batch_")()
+
+
+class BatchFile(models.Model):
+    """A file of the /v1/files API: an uploaded batch input (validated line by
+    line while it streamed to disk), or a batch's output or error file (grows
+    as lines complete; `bytes` is what has been committed)."""
+
+    class Purpose(models.TextChoices):
+        BATCH = "batch", "batch input"
+        OUTPUT = "batch_output", "batch output"
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_file_id, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    filename = models.CharField(max_length=255)
+    purpose = models.CharField(max_length=20, choices=Purpose.choices, default=Purpose.BATCH)
+    path = models.CharField(max_length=1000)
+    bytes = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    lines = models.PositiveIntegerField(default=0)
+    models_seen = models.JSONField(default=dict, blank=True)  # model -> first line numbers (up to 5)
+    urls_seen = models.JSONField(default=dict, blank=True)  # url -> first line numbers (up to 5)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.id} {self.filename}"
+
+
+class Batch(models.Model):
+    """One batch job: every line of an input file sent to its model, results
+    written to an output and an error file in OpenAI's format. The row is the
+    record (Celery carries only the id); lines are BatchLine rows."""
+
+    class Status(models.TextChoices):
+        VALIDATING = "validating", "validating"
+        IN_PROGRESS = "in_progress", "in progress"
+        PAUSED = "paused", "paused"
+        FINALIZING = "finalizing", "finalizing"
+        COMPLETED = "completed", "completed"
+        FAILED = "failed", "failed"
+        EXPIRED = "expired", "expired"
+        CANCELLING = "cancelling", "cancelling"
+        CANCELLED = "cancelled", "cancelled"
+
+    FINISHED = ("completed", "failed", "expired", "cancelled")
+    RUNNING = ("validating", "in_progress", "paused", "finalizing", "cancelling")
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_batch_id, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    endpoint = models.CharField(max_length=40)
+    input_file = models.ForeignKey(BatchFile, null=True, on_delete=models.SET_NULL, related_name="batches")
+    output_file = models.ForeignKey(BatchFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    error_file = models.ForeignKey(BatchFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    completion_window = models.CharField(max_length=10, default="24h")
+    metadata = models.JSONField(null=True, blank=True)
+    deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    default_model = models.CharField(max_length=200, blank=True)  # for lines without "model" (the UI's pick)
+    host = models.CharField(max_length=100)
+    concurrency = models.PositiveIntegerField(default=4)
+    pacing_ms = models.PositiveIntegerField(default=0)  # minimum gap between two requests
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.VALIDATING)
+    reason = models.TextField(blank=True)  # why it is paused or failed
+    errors = models.JSONField(null=True, blank=True)  # OpenAI's {"object": "list", "data": [...]}
+    total = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    output_size = models.BigIntegerField(default=0)  # committed bytes of the output file
+    error_size = models.BigIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+
+    claim = models.CharField(max_length=40, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    run_started = models.DateTimeField(null=True, blank=True)  # this run's start, for the rate
+    run_base = models.PositiveIntegerField(default=0)  # lines finished before this run
+
+    created = models.DateTimeField(auto_now_add=True)
+    in_progress_at = models.DateTimeField(null=True, blank=True)
+    finalizing_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    cancelling_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name_plural = "batches"
+
+    def __str__(self):
+        return f"{self.id} ({self.status})"
+
+    @property
+    def is_finished(self):
+        return self.status in self.FINISHED
+
+    def worker_gone(self):
+        """Is the runner that claimed this batch surely dead? (Answerable on its own host.)"""
+        if not self.claim:
+            return True
+        if self.heartbeat is None or timezone.now() - self.heartbeat > timedelta(seconds=STALE_AFTER_S):
+            return True
+        if self.host != settings.HOST_NAME or not self.pid:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+class BatchLine(models.Model):
+    """One line of a batch's input: where it is in the file (never loaded
+    whole), and its state. A line's result is recorded once: claimed
+    (pending -> sending) by a conditional update before it is sent, and
+    done/failed only in the transaction that commits its output bytes."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        SENDING = "sending", "sending"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines")
+    line = models.PositiveIntegerField()  # 1-based line number in the input file
+    custom_id = models.CharField(max_length=500)
+    offset = models.BigIntegerField()
+    length = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    tokens = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["line"]
+        constraints = [models.UniqueConstraint(fields=["batch", "custom_id"], name="batchline_unique_custom_id")]
+        indexes = [models.Index(fields=["batch", "status", "line"])]
