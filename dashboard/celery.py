@@ -9,7 +9,7 @@ app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # dashboard.tasks, then each inference area's tasks module.
 app.autodiscover_tasks()
-app.autodiscover_tasks(["inference.library", "inference.deployments", "inference.benchmarks"])
+app.autodiscover_tasks(["inference.library", "inference.deployments", "inference.benchmarks", "monitoring.alerts"])
 
 
 def host_queue(host_name):

@@ -119,3 +119,8 @@ class XidEvent(models.Model):
 
     def __str__(self):
         return f"{self.host} GPU {self.gpu_index}: {self.description}"
+
+
+# Alert channels, rules, events and deliveries live with the alerts code; the
+# app label stays "monitoring".
+from monitoring.alerts.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule  # noqa: E402,F401

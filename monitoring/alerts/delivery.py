@@ -1,0 +1,107 @@
+"""Deliver: claim a delivery row, send it, record the attempt, retry with backoff.
+
+Celery carries only the delivery's id (``monitoring.alerts.deliver``). A failed
+attempt is retried after 5 s, 10 s, 20 s ... (doubling, at most 10 min) up to
+MAX_ATTEMPTS, through a Celery countdown; ``deliver_due`` is the backstop that
+every monitor runs on its own thread (not the sampling loop) every few
+seconds: it sends whatever is due and unclaimed, so alerts still go out when no
+worker runs (the "no worker" alert itself) or Redis lost a message. The claim
+(a conditional update) makes sure each attempt is made once.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from monitoring.alerts import channels
+from monitoring.alerts.models import AlertDelivery
+
+log = logging.getLogger("kiln.alerts")
+
+MAX_ATTEMPTS = 6
+BASE_DELAY_S = 5.0
+MAX_DELAY_S = 600.0
+# A "sending" claim older than this belongs to a process that died mid-send.
+STALE_CLAIM_S = 60.0
+# The backstop leaves a fresh delivery to the worker for this long first.
+BACKSTOP_AFTER_S = 5.0
+
+
+def backoff_s(attempts: int) -> float:
+    return min(MAX_DELAY_S, BASE_DELAY_S * 2 ** max(0, attempts - 1))
+
+
+def queue(ids, countdown: float | None = None) -> None:
+    """Send each delivery id to a worker. A broker that does not answer is only
+    logged: the rows stay pending and the monitors' backstop sends them."""
+    from dashboard import jobs
+    from monitoring.alerts.tasks import deliver
+
+    for pk in ids:
+        if countdown:
+            try:
+                deliver.apply_async((pk,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, countdown=countdown)
+            except jobs.BROKER_ERRORS as exc:
+                log.warning("alert delivery %s not queued (%s); the backstop will send it", pk, exc)
+        else:
+            jobs.send(deliver, pk, queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+                      on_refused=lambda row_id, why: log.warning("alert delivery %s: %s", row_id, why))
+
+
+def claim(delivery_id: int) -> bool:
+    now = timezone.now()
+    due = Q(status=AlertDelivery.Status.PENDING) & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+    stale = Q(status=AlertDelivery.Status.SENDING, claimed_at__lt=now - dt.timedelta(seconds=STALE_CLAIM_S))
+    return AlertDelivery.objects.filter(due | stale, pk=delivery_id).update(
+        status=AlertDelivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1) > 0
+
+
+def deliver(delivery_id: int) -> str | None:
+    """One attempt at one delivery. Returns its new status (None when not claimed)."""
+    if not claim(delivery_id):
+        return None
+    row = AlertDelivery.objects.select_related("channel", "event").get(pk=delivery_id)
+    message = channels.message_for(row.event, test=row.is_test)
+    outcome = channels.send(row.channel, message)
+    now = timezone.now()
+    fields = {"response_code": outcome.status, "error": outcome.error[:2000], "claimed_at": None}
+    retry_in = None
+    if outcome.ok:
+        fields.update(status=AlertDelivery.Status.SENT, sent_at=now, next_attempt_at=None)
+    elif row.attempts >= MAX_ATTEMPTS or row.is_test:
+        fields.update(status=AlertDelivery.Status.FAILED, next_attempt_at=None)
+    else:
+        retry_in = backoff_s(row.attempts)
+        fields.update(status=AlertDelivery.Status.PENDING, next_attempt_at=now + dt.timedelta(seconds=retry_in))
+    AlertDelivery.objects.filter(pk=row.pk, status=AlertDelivery.Status.SENDING).update(**fields)
+    if retry_in is not None:
+        log.info("alert delivery %s to %s failed (%s); retry %s in %g s", row.pk, row.channel, outcome.error,
+                 row.attempts + 1, retry_in)
+        queue([row.pk], countdown=retry_in)
+    return fields["status"]
+
+
+def due_ids(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S) -> list[int]:
+    now = timezone.now()
+    fresh_enough = now - dt.timedelta(seconds=grace_s)
+    pending = Q(status=AlertDelivery.Status.PENDING) & (
+        Q(next_attempt_at__isnull=True, created__lte=fresh_enough)
+        | Q(next_attempt_at__lte=now - dt.timedelta(seconds=grace_s)))
+    stale = Q(status=AlertDelivery.Status.SENDING, claimed_at__lt=now - dt.timedelta(seconds=STALE_CLAIM_S))
+    return list(AlertDelivery.objects.filter(pending | stale).order_by("pk").values_list("pk", flat=True)[:limit])
+
+
+def deliver_due(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S) -> int:
+    """Send what is due and was not picked up by a worker; returns attempts made."""
+    made = 0
+    for pk in due_ids(limit, grace_s=grace_s):
+        try:
+            if deliver(pk) is not None:
+                made += 1
+        except Exception:  # noqa: BLE001 - one bad row must not stop the rest
+            log.exception("alert delivery %s failed", pk)
+    return made
