@@ -48,6 +48,7 @@ ACTIONS: dict[str, str] = {
     # accounts (pages)
     "logout": "account.sign_out",
     "password_change": "account.password_change",
+    "set_language": "account.language",
     "user_create": "user.create",
     "user_role": "user.role_change",
     "user_reset_password": "user.password_reset",

@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.http import JsonResponse
+from django.utils import translation
 
 from dashboard import audit
 from dashboard.roles import wants_json
@@ -16,6 +18,48 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
                 status=401,
             )
         return super().handle_no_permission(request, view_func)
+
+
+class UserLanguageMiddleware:
+    """A signed-in user's saved language (Account.language) wins over the cookie
+    and Accept-Language that LocaleMiddleware read, so the choice follows them to
+    any browser. The cookie is set to it too, so the sign-in page after signing
+    out stays in their language. API and /v1/ calls with a key have no user: they
+    keep LocaleMiddleware's answer from Accept-Language."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        language = user_language(getattr(request, "user", None))
+        if language:
+            translation.activate(language)
+            request.LANGUAGE_CODE = language
+        response = self.get_response(request)
+        if language and request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME) != language:
+            set_language_cookie(response, language)
+        return response
+
+
+def user_language(user):
+    """The language a signed-in user chose, or "" (follow the browser)."""
+    if user is None or not user.is_authenticated:
+        return ""
+    account = getattr(user, "account", None) if hasattr(user, "account") else None
+    return getattr(account, "language", "") or ""
+
+
+def set_language_cookie(response, language):
+    response.set_cookie(
+        settings.LANGUAGE_COOKIE_NAME,
+        language,
+        max_age=settings.LANGUAGE_COOKIE_AGE,
+        path=settings.LANGUAGE_COOKIE_PATH,
+        domain=settings.LANGUAGE_COOKIE_DOMAIN,
+        secure=settings.LANGUAGE_COOKIE_SECURE,
+        httponly=settings.LANGUAGE_COOKIE_HTTPONLY,
+        samesite=settings.LANGUAGE_COOKIE_SAMESITE,
+    )
 
 
 class OneTimePasswordMiddleware:

@@ -8,6 +8,9 @@ class Account(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="account")
     # Set when an operator (or the first-run step) handed out a one-time password.
     must_change_password = models.BooleanField(default=False)
+    # The language the user chose in the top bar ("" = follow the browser): kept
+    # here so it follows them to every browser and session.
+    language = models.CharField(max_length=10, blank=True, default="", choices=settings.LANGUAGES)
 
     def __str__(self):
         return f"account of {self.user}"

@@ -68,6 +68,11 @@ def account_set_active(*, user, active):
     return ended
 
 
+def account_set_language(*, user, language):
+    """Keep the language a user chose ("" = follow the browser) on their account."""
+    Account.objects.update_or_create(user=user, defaults={"language": language})
+
+
 def account_password_changed(*, user):
     Account.objects.update_or_create(user=user, defaults={"must_change_password": False})
 

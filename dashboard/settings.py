@@ -75,10 +75,14 @@ MIDDLEWARE = [
     "dashboard.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language: the user's saved choice, else the language cookie, else
+    # Accept-Language (after sessions, before common: Django's documented place).
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "dashboard.middleware.JsonMethodNotAllowedMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "dashboard.middleware.UserLanguageMiddleware",
     "dashboard.middleware.AuditMiddleware",
     "dashboard.middleware.LoginRequiredMiddleware",
     "dashboard.middleware.OneTimePasswordMiddleware",
@@ -210,7 +214,15 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
-LANGUAGE_CODE = "en-us"
+# English and Simplified Chinese (locale/, glossary in locale/GLOSSARY.md). A user's
+# choice is kept on their account (dashboard.middleware.UserLanguageMiddleware);
+# before sign-in the language cookie, then the browser's Accept-Language decide.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_SAMESITE = "Lax"
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 TIME_ZONE = envlist("TIME_ZONE", ["UTC"])[0]
 USE_I18N = True
 USE_TZ = True

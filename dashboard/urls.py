@@ -1,5 +1,7 @@
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
+from django.views.i18n import JavaScriptCatalog
 
 from dashboard import views
 from dashboard.api import api
@@ -19,6 +21,9 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", views.LoginView.as_view(), name="login"),
+    # Translations for the pages' JS (gettext, ngettext, interpolate); the sign-in page needs them too.
+    path("jsi18n/", login_not_required(JavaScriptCatalog.as_view()), name="javascript-catalog"),
+    path("language/", views.set_language, name="set_language"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("users/", views.users, name="users"),

@@ -8,12 +8,14 @@ from django.db import connection
 from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import audit, services
 from dashboard.forms import AccountCreateForm, RoleForm, SignInForm
+from dashboard.middleware import set_language_cookie
 from dashboard.sessions import session_counts
 from dashboard.models import Job
 from dashboard.roles import operator_required, role_of, set_role
@@ -31,6 +33,29 @@ def healthz(request):
 @require_GET
 def home(request):
     return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
+
+
+@login_not_required
+@require_POST
+def set_language(request):
+    """The top bar's language switch (also on the sign-in page): a cookie for this
+    browser and, when signed in, the user's account, so the choice follows them.
+    Django's own set_language view keeps only the cookie."""
+    language = request.POST.get("language", "")
+    target = request.POST.get("next") or request.META.get("HTTP_REFERER") or "/"
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        target = "/"
+    if language not in dict(settings.LANGUAGES):
+        # Back where the user was, nothing changed, and the reason on the page.
+        messages.error(request, _("Unknown language “%(language)s”: choose one of %(choices)s.") % {
+            "language": language, "choices": ", ".join(name for _code, name in settings.LANGUAGES)})
+        return redirect(target)
+    if request.user.is_authenticated:
+        services.account_set_language(user=request.user, language=language)
+    response = redirect(target)
+    set_language_cookie(response, language)
+    return response
 
 
 class LoginView(auth_views.LoginView):

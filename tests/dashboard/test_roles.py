@@ -96,6 +96,9 @@ PAGES = {
 PUBLIC = {
     "healthz": {"GET": READ},
     "login/": {"GET": READ, "POST": READ, "PUT": READ},
+    "jsi18n/": {"GET": READ},
+    # The language switch: a signed-in user's choice is also kept on their account.
+    "language/": {"POST": READ},
 }
 # The signed-in user's own account: a viewer, too, changes their password and signs out.
 OWN_ACCOUNT = {
