@@ -236,12 +236,43 @@ class EngineRuntime(models.Model):
     detect_detail = models.TextField(blank=True)
     detected_at = models.DateTimeField(null=True, blank=True)
 
+    # A managed runtime: Kiln installed it from the engine catalog into
+    # DATA_DIR/engines/<name> (inference/deployments/runtimes.py); the row is the install job.
+    class InstallStatus(models.TextChoices):
+        NONE = "", "Registered"
+        QUEUED = "queued", "Queued"
+        INSTALLING = "installing", "Installing"
+        INSTALLED = "installed", "Installed"
+        FAILED = "failed", "Install failed"
+        UNINSTALLING = "uninstalling", "Uninstalling"
+
+    INSTALL_COLOURS = {"": "grey", "queued": "grey", "installing": "blue", "installed": "green", "failed": "red",
+                       "uninstalling": "amber"}
+
+    catalog_key = models.CharField(max_length=100, blank=True)
+    install_status = models.CharField(max_length=20, choices=InstallStatus.choices, default="", blank=True)
+    install_step = models.CharField(max_length=300, blank=True)
+    install_progress = models.FloatField(default=0.0)  # 0..1
+    install_log = models.TextField(blank=True)  # the last lines of pip's output
+    install_error = models.TextField(blank=True)
+    install_started = models.DateTimeField(null=True, blank=True)
+    install_finished = models.DateTimeField(null=True, blank=True)
+    install_bytes = models.BigIntegerField(null=True, blank=True)  # size on disk once installed
+
     created = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
 
     class Meta:
         ordering = ["host", "name"]
+
+    @property
+    def managed(self):
+        return bool(self.catalog_key)
+
+    @property
+    def install_colour(self):
+        return self.INSTALL_COLOURS.get(self.install_status, "grey")
 
     def __str__(self):
         return f"{self.name} ({self.get_engine_display()} on {self.host})"
@@ -253,7 +284,13 @@ class EngineRuntime(models.Model):
     def as_runtime(self):
         from inference.engines import Runtime
 
-        return Runtime(engine=self.engine, kind=self.kind, path=self.path, image=self.image)
+        env = {}
+        if self.catalog_key:  # a catalog build's launch defaults (e.g. VLLM_CPU_KVCACHE_SPACE)
+            from inference.deployments.runtimes import catalog
+
+            build = catalog().get(self.catalog_key)
+            env = dict(build.env) if build else {}
+        return Runtime(engine=self.engine, kind=self.kind, path=self.path, image=self.image, env=env)
 
 
 class LaunchProfile(models.Model):
