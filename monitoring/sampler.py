@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from dashboard.services import MONITOR_HEARTBEAT_KEY
 from monitoring import history
+from monitoring.alerts.checks import GpuConditions
 from monitoring.consumers import LIVE_GROUP
 from monitoring.enginemetrics import EngineMetricsReader, empty_snapshot
 from monitoring.nvml import Nvml, attach_deployments
@@ -68,6 +69,7 @@ class Monitor:
         self.publish_failing = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="kiln-monitor-db")
         self._http: httpx.AsyncClient | None = None
+        self.alerts = GpuConditions(host)  # Xid, slowdown, PCIe, ECC, memory: events written off this loop
 
     # ------------------------------------------------------------ database thread
 
@@ -162,6 +164,7 @@ class Monitor:
         scrape = asyncio.ensure_future(self.scrape_engines())  # engines answer while NVML is read
         gpus = self.nvml.sample_all() if self.nvml.status.ok else []
         xids = self.watcher.poll(timeout_ms=0) if self.watcher is not None else []
+        self.alerts.observe(gpus, xids)
         engines = await scrape
         pids = {t["pid"]: {"id": t["deployment_id"], "name": t["name"]} for t in self.targets if t.get("pid")}
         if pids:

@@ -33,12 +33,14 @@ from inference.deployments import supervisor
 from inference.deployments.services import (
     deployment_record_phase,
     handle_of,
+    launch_dir_for,
     log_offset_of_latest_run,
     spawn_for,
 )
 from inference.engines import InvalidLaunch, get_engine
 from inference.models import Deployment
 from inference.preflight.services import record_capacity
+from monitoring.alerts import hooks as alert_hooks
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,8 @@ def _new_watcher(dep: Deployment, config: supervisor.WatchConfig) -> supervisor.
     if state is not None:
         state.status = dep.status if dep.status in Deployment.WATCHED else state.status
     w = supervisor.Watcher(handle, engine, engine.health_url(dep.bind_host, dep.port or 0), state=state,
-                           log_offset=dep.log_offset, config=config, api_key=dep.api_key)
+                           log_offset=dep.log_offset, config=config, api_key=dep.api_key,
+                           launch_dir=str(launch_dir_for(dep.pk)))
     w.follower = _RecordingFollower(handle.log_path, dep.log_offset)
     return w
 
@@ -153,7 +156,8 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
                           phase="failed")
             deployment_record_phase(dep.pk, "failed", now)
             if w.handle.pid:  # nothing of it may linger (a child of a dead leader)
-                supervisor.stop(w.handle, grace_s=2)
+                supervisor.stop(w.handle, grace_s=2, launch_dir=w.launch_dir)
+            supervisor.clean_launch_dir(w.launch_dir)
     status = {supervisor.STARTING: Deployment.Status.STARTING, supervisor.READY: Deployment.Status.READY,
               supervisor.RESTARTING: Deployment.Status.RESTARTING,
               supervisor.FAILED: Deployment.Status.FAILED}.get(w.state.status, dep.status)
@@ -164,6 +168,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
         return None
     if status not in Deployment.WATCHED:
         watchers.pop(dep.pk, None)
+    alert_hooks.deployment_watched(dep, w.state, actions)  # crashed / failed / unhealthy -> alerts (non-blocking)
     lines, log_from, log_to = w.follower.take()
     if lines and dep.engine == "vllm":
         # vLLM prints what it really allocated (weights GiB, KV cache GiB and tokens,

@@ -46,6 +46,7 @@ from inference.library.hubs.modelscope import DEFAULT_REVISION as MS_DEFAULT_REV
 from inference.library.hubs.modelscope import ModelScopeHub
 from inference.library.modelmeta import ModelMetaError, read_config, read_gguf
 from inference.models import STALE_AFTER_S, ModelArtifact
+from monitoring.alerts import hooks as alert_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -512,6 +513,8 @@ class _Run:
         fields.setdefault("eta_seconds", None)
         done = ModelArtifact.objects.filter(pk=self.pk, claim=self.claim).update(
             claim="", finished=timezone.now(), cancel_requested=False, **fields)
+        if done and fields.get("status") == Status.FAILED:
+            alert_hooks.artifact_failed(self.pk)  # download / verification failed -> alert
         if done:
             return _publish_row(self.pk)
         return None

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from monitoring.alerts.checks import HostAgent
 from monitoring.consumers import LIVE_GROUP
 from monitoring.nvml import Nvml
 from monitoring.sampler import Monitor
@@ -77,9 +78,12 @@ class Command(BaseCommand):
         from inference.deployments.watch import run_watch_loop  # deployments: phases, health, restarts (own 1 s cadence)
 
         deployments = asyncio.create_task(run_watch_loop(layer, settings.HOST_NAME, stop, group=LIVE_GROUP))
+        alert_agent = HostAgent(settings.HOST_NAME)  # alert backstop and host checks, on a thread of its own
+        alert_agent.start()
         try:
             await monitor.run(count=count, stop=stop)
         finally:
             stop.set()
+            alert_agent.stop()
             await deployments
             await redis.aclose()

@@ -1,0 +1,78 @@
+"""The calls other areas make (one line each): what their state changes mean as alerts."""
+from __future__ import annotations
+
+import time
+
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from monitoring.alerts import conf
+from monitoring.alerts.events import raise_event, raise_event_nowait
+
+# deployment id -> monotonic time its health checks started failing (state across ticks)
+_unhealthy_since: dict[int, float] = {}
+
+
+def _deployment_link(dep_id) -> str:
+    return reverse("deployment_detail", args=[dep_id])
+
+
+def deployment_watched(dep, state, actions) -> None:
+    """From the monitor's watch loop (inference/deployments/watch.py), after each tick of one deployment.
+
+    Non-blocking: the events are written on the alerts thread."""
+    link = _deployment_link(dep.pk)
+    base = {"host": dep.host, "deployment": dep.pk, "link": link}
+    for a in actions:
+        if a.kind == "crashed":
+            raise_event_nowait("engine_crashed", severity="critical", **base,
+                               subject=_("Engine of “%(name)s” crashed") % {"name": dep.name},
+                               details={"reason": a.reason, "hint": a.hint, "restart_in_s": a.delay_s})
+        elif a.kind == "failed":
+            raise_event_nowait("engine_failed", severity="critical", **base,
+                               subject=_("“%(name)s” failed: %(reason)s") % {"name": dep.name, "reason": a.reason},
+                               details={"reason": a.reason, "hint": a.hint})
+        elif a.kind == "ready":
+            for kind in ("engine_crashed", "engine_failed", "deployment_unhealthy"):
+                raise_event_nowait(kind, resolved=True, **base,
+                                   subject=_("“%(name)s” is ready again") % {"name": dep.name})
+    now = time.monotonic()
+    # From the first failed health check (or crash) until it is ready and healthy again.
+    failing = ((state.status == "ready" and state.unhealthy_ticks > 0) or state.status == "restarting"
+               or (state.status == "starting" and dep.pk in _unhealthy_since))
+    if failing:
+        since = _unhealthy_since.setdefault(dep.pk, now)
+        if now - since >= conf.UNHEALTHY_S:
+            raise_event_nowait("deployment_unhealthy", severity="warning", **base,
+                               subject=_("“%(name)s” has been unhealthy for %(s)d s") % {
+                                   "name": dep.name, "s": now - since},
+                               details={"status": state.status, "failed_health_checks": state.unhealthy_ticks})
+    elif state.status == "ready":
+        if _unhealthy_since.pop(dep.pk, None) is not None:
+            raise_event_nowait("deployment_unhealthy", resolved=True, **base,
+                               subject=_("“%(name)s” answers its health check again") % {"name": dep.name})
+
+
+def artifact_failed(artifact_id: int) -> None:
+    """From the library's worker runs when a download, import or re-verify ends failed."""
+    from inference.models import ModelArtifact
+
+    artifact = ModelArtifact.objects.filter(pk=artifact_id).first()
+    if artifact is None:
+        return
+    report = artifact.verify_report or {}
+    verification = bool(report.get("changed") or report.get("missing")) or "sha256" in (artifact.error or "").lower()
+    kind = "verify_failed" if verification else "download_failed"
+    subject = (_("A file of “%(name)s” failed verification") if verification
+               else _("Download of “%(name)s” failed")) % {"name": str(artifact)}
+    raise_event(kind, subject=subject, link=reverse("model_detail", args=[artifact.pk]), host=artifact.host,
+                details={"artifact_id": artifact.pk, "error": (artifact.error or "")[:500],
+                         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+
+def batch_finished(batch, *, failed: bool, link: str = "", error: str = "") -> None:
+    """From batch jobs (issue 15) when a batch ends."""
+    name = getattr(batch, "name", "") or f"#{batch.pk}"
+    raise_event("batch_failed" if failed else "batch_finished",
+                subject=(_("Batch %(name)s failed") if failed else _("Batch %(name)s finished")) % {"name": name},
+                link=link, details={"batch_id": batch.pk, "error": error[:500]})
