@@ -1,0 +1,199 @@
+"""Each channel against a loopback receiver: the platform's documented body and
+signature, recomputed here independently, and the platform's error answers."""
+import base64
+import hashlib
+import hmac
+import time
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from monitoring.alerts import channels, delivery
+from monitoring.alerts.models import AlertChannel, AlertDelivery, AlertEvent, Severity
+from tests.alerts.receivers import Receiver, SmtpReceiver
+
+pytestmark = pytest.mark.django_db
+
+
+def event(**kw):
+    fields = dict(kind="engine_crashed", key="deployment:7", severity=Severity.CRITICAL,
+                  subject="Engine of “qwen” crashed", link="/deployments/7/", host="gpu1", deployment_id=7,
+                  details={"reason": "exited", "hint": "see the log"}, occurred=timezone.now())
+    fields.update(kw)
+    return AlertEvent.objects.create(**fields)
+
+
+def channel(kind, url="", secret="", **options):
+    c = AlertChannel(name=f"{kind}-{time.monotonic_ns()}", kind=kind, options=options)
+    c.url, c.secret = url, secret
+    c.save()
+    return c
+
+
+def send(c, e=None):
+    e = e or event()
+    d = AlertDelivery.objects.create(event=e, channel=c)
+    status = delivery.deliver(d.pk)
+    d.refresh_from_db()
+    return status, d
+
+
+def test_generic_webhook_is_signed_over_timestamp_and_raw_body(receiver):
+    secret = "whsec-0123456789abcdef"
+    c = channel("webhook", receiver.url + "/hook", secret)
+    status, d = send(c)
+    got = receiver.get()
+    assert status == "sent" and d.response_code == 200 and d.attempts == 1
+    ts = got.headers["x-kiln-timestamp"]
+    assert abs(int(ts) - time.time()) < 30
+    expected = "sha256=" + hmac.new(secret.encode(), f"{ts}.".encode() + got.body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(got.headers["x-kiln-signature"], expected)
+    body = got.json()
+    assert body["kind"] == "engine_crashed" and body["severity"] == "critical" and body["resolved"] is False
+    assert body["link"] == "/deployments/7/" and body["details"]["reason"] == "exited"
+    # A different body does not match the signature.
+    assert hmac.new(secret.encode(), f"{ts}.".encode() + got.body + b" ", hashlib.sha256).hexdigest() \
+        not in got.headers["x-kiln-signature"]
+
+
+def test_slack_incoming_webhook_gets_text_and_blocks(receiver):
+    receiver.answer = (200, b"ok")
+    status, _ = send(channel("slack", receiver.url + "/services/T000/B000/XXXX"))
+    body = receiver.get().json()
+    assert status == "sent"
+    assert "Engine crashed" in body["text"] and "qwen" in body["text"]
+    assert body["blocks"][0]["type"] == "section" and body["blocks"][0]["text"]["type"] == "mrkdwn"
+
+
+def test_slack_refusal_is_a_failure_with_the_reason(receiver):
+    receiver.answer = (403, b"invalid_token")
+    _, d = send(channel("slack", receiver.url + "/x"))
+    assert d.status == "pending" and d.response_code == 403 and "invalid_token" in d.error
+    assert d.next_attempt_at is not None  # retried later with backoff
+
+
+def test_feishu_sign_is_hmac_of_empty_message_keyed_by_timestamp_and_secret(receiver):
+    receiver.answer = (200, b'{"code":0,"msg":"success","data":{}}')
+    secret = "feishu-signing-secret"
+    status, _ = send(channel("feishu", receiver.url + "/open-apis/bot/v2/hook/abc", secret))
+    body = receiver.get().json()
+    assert status == "sent"
+    assert body["msg_type"] == "text" and "Engine crashed" in body["content"]["text"]
+    ts = body["timestamp"]
+    assert isinstance(ts, str) and abs(int(ts) - time.time()) < 30
+    key = f"{ts}\n{secret}".encode()
+    assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+
+
+def test_feishu_error_code_in_a_200_answer_is_a_failure(receiver):
+    receiver.answer = (200, b'{"code":19021,"msg":"sign match fail or timestamp is not within one hour"}')
+    _, d = send(channel("feishu", receiver.url + "/hook", "s"))
+    assert d.status == "pending" and d.response_code == 200 and "19021" in d.error
+
+
+def test_dingtalk_sign_goes_in_the_query_and_body_is_markdown(receiver):
+    secret = "SEC0123456789abcdef"
+    status, _ = send(channel("dingtalk", receiver.url + "/robot/send?access_token=tok", secret))
+    got = receiver.get()
+    assert status == "sent"
+    assert got.query["access_token"] == ["tok"]
+    ts = got.query["timestamp"][0]
+    assert len(ts) == 13 and abs(int(ts) / 1000 - time.time()) < 30  # milliseconds
+    mac = hmac.new(secret.encode(), f"{ts}\n{secret}".encode(), hashlib.sha256).digest()
+    assert got.query["sign"][0] == base64.b64encode(mac).decode()  # parse_qs undid the one URL encoding
+    body = got.json()
+    assert body["msgtype"] == "markdown" and "Engine crashed" in body["markdown"]["title"]
+    assert "[Open in Kiln](/deployments/7/)" in body["markdown"]["text"]
+
+
+def test_dingtalk_errcode_is_a_failure(receiver):
+    receiver.answer = (200, b'{"errcode":310000,"errmsg":"sign not match"}')
+    _, d = send(channel("dingtalk", receiver.url + "/robot/send?access_token=t", "SECx"))
+    assert d.status == "pending" and "310000" in d.error
+
+
+def test_wecom_markdown_and_errcode(receiver):
+    status, _ = send(channel("wecom", receiver.url + "/cgi-bin/webhook/send?key=abc"))
+    got = receiver.get()
+    assert status == "sent" and got.query["key"] == ["abc"]
+    body = got.json()
+    assert body["msgtype"] == "markdown" and "Engine crashed" in body["markdown"]["content"]
+    receiver.answer = (200, b'{"errcode":93000,"errmsg":"invalid webhook url"}')
+    _, d = send(channel("wecom", receiver.url + "/cgi-bin/webhook/send?key=bad"))
+    assert d.status == "pending" and "93000" in d.error
+
+
+def test_wecom_cuts_markdown_to_its_4096_byte_limit(receiver):
+    send(channel("wecom", receiver.url + "/k"), event(details={"log": "é" * 5000}))
+    assert len(receiver.get().json()["markdown"]["content"].encode()) <= 4096
+
+
+def test_a_receiver_that_is_down_is_retried_with_backoff_then_failed():
+    c = channel("webhook", "http://127.0.0.1:9/nothing-listens", "s")
+    d = AlertDelivery.objects.create(event=event(), channel=c)
+    delays = []
+    for attempt in range(1, delivery.MAX_ATTEMPTS + 1):
+        AlertDelivery.objects.filter(pk=d.pk).update(next_attempt_at=None)  # due now
+        status = delivery.deliver(d.pk)
+        d.refresh_from_db()
+        assert d.attempts == attempt and d.error
+        if attempt < delivery.MAX_ATTEMPTS:
+            assert status == "pending"
+            delays.append((d.next_attempt_at - timezone.now()).total_seconds())
+    assert status == "failed" and d.status == "failed"
+    assert delays == pytest.approx([5, 10, 20, 40, 80], abs=1.5)  # doubling backoff
+
+
+def test_a_claimed_delivery_is_not_sent_twice(receiver):
+    d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"))
+    assert delivery.claim(d.pk)
+    assert delivery.deliver(d.pk) is None  # someone else has it
+    assert receiver.received.empty()
+
+
+@pytest.mark.parametrize("implicit_tls", [False, True], ids=["starttls", "implicit-tls"])
+def test_email_over_smtp_with_tls_and_login(tmp_path, implicit_tls):
+    smtp = SmtpReceiver(tmp_path, implicit_tls=implicit_tls).start()
+    try:
+        c = channel("email", secret="s3cret-pass", host="127.0.0.1", port=smtp.port,
+                    security="tls" if implicit_tls else "starttls", username="kiln", sender="kiln@example.test",
+                    recipients=["ops@example.test", "oncall@example.test"], verify=True, ca_file=str(smtp.cert))
+        status, d = send(c)
+        assert status == "sent", d.error
+        envelope = smtp.messages.get(timeout=10)
+        assert envelope.rcpt_tos == ["ops@example.test", "oncall@example.test"]
+        text = envelope.content.decode()
+        assert "Subject: [CRITICAL] Engine crashed" in text and "/deployments/7/" in text
+        assert smtp.logins == [("kiln", True)]
+        # Without the CA, the self-signed certificate is refused (verification is on)...
+        c.options = {**c.options, "ca_file": ""}
+        c.save()
+        _, d = send(c)
+        assert d.status == "pending" and "CERTIFICATE_VERIFY_FAILED" in d.error
+        # ...and a wrong password is an SMTP 535.
+        c.options = {**c.options, "verify": False}
+        c.secret = "wrong"
+        c.save()
+        _, d = send(c)
+        assert d.status == "pending" and d.response_code == 535
+    finally:
+        smtp.stop()
+
+
+def test_secrets_are_not_stored_in_plain_text():
+    c = channel("dingtalk", "https://oapi.dingtalk.com/robot/send?access_token=TOKEN-abcdef123456",
+                "SEC-signing-secret-9876")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT url_encrypted, secret_encrypted, options FROM monitoring_alertchannel WHERE id = %s",
+                       [c.pk])
+        row = " ".join(str(v) for v in cursor.fetchone())
+    assert "TOKEN-abcdef123456" not in row and "SEC-signing-secret" not in row and "fernet:" in row
+    again = AlertChannel.objects.get(pk=c.pk)
+    assert again.url.endswith("TOKEN-abcdef123456") and again.secret == "SEC-signing-secret-9876"
+    assert again.secret_shown == "•••• 9876" and "TOKEN" not in again.url_shown
+
+
+def test_message_link_is_absolute_with_a_public_url(monkeypatch):
+    monkeypatch.setenv("KILN_PUBLIC_URL", "https://kiln.example.test/")
+    assert channels.message_for(event()).link == "https://kiln.example.test/deployments/7/"
