@@ -1,0 +1,443 @@
+"""Run one batch: an asyncio loop with `concurrency` workers, a pacing gap,
+and a flusher that records results once.
+
+Each line goes through the gateway's own relay (views.proxy: body checks,
+routing to a ready deployment, the engine's request; Upstreamed.read records
+usage against the batch's key), so a batch is counted and routed exactly as
+the same calls from a client would be.
+
+Recording a result, in this order (the flusher, about twice a second):
+1. the lines' output/error JSON is appended to the files and fsynced;
+2. one transaction marks those lines done/failed and stores the files'
+   committed sizes on the batch row.
+A crash between 1 and 2 leaves bytes past the committed size: the next run
+truncates them (services.recover) and sends those lines again, so the
+output holds every line once. A line is claimed (pending -> sending) by a
+conditional update before it is sent, and a line marked done/failed is
+never claimed again. What the engine may see twice is a line that was in
+flight when the worker died: it had no recorded result.
+
+Memory: lines are claimed in chunks, results are held until the next flush
+(< 1 s), and a line's text is read from the input file by offset when it is
+sent; nothing grows with the number of lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import aiohttp
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import F
+from django.http import HttpResponseBase
+from django.utils import timezone
+
+from inference.gateway import routing, usage, views
+from inference.gateway.proxy import Caller
+from inference.models import Batch, BatchLine
+
+log = logging.getLogger(__name__)
+FLUSH_EVERY_S = 0.5
+FLUSH_AT = 256  # results that trigger a flush before the timer
+PAUSE_POLL_S = 3.0
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+NOT_READY = {"deployment_not_ready", "deployment_unreachable"}
+
+
+def max_attempts() -> int:
+    return int(getattr(settings, "BATCH_MAX_ATTEMPTS", 5))
+
+
+def request_timeout() -> float:
+    return float(getattr(settings, "BATCH_REQUEST_TIMEOUT_S", 600))
+
+
+def backoff(attempt: int) -> float:
+    base = float(getattr(settings, "BATCH_BACKOFF_S", 1.0))
+    return min(60.0, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+
+
+@dataclass
+class Item:
+    pk: int
+    custom_id: str
+    offset: int
+    length: int
+
+
+@dataclass
+class Result:
+    pk: int
+    ok: bool
+    status_code: int | None
+    attempts: int
+    error: str
+    tokens: int
+    prompt_tokens: int
+    completion_tokens: int
+    line: bytes  # the output or error file's line
+
+
+class Paused(Exception):
+    def __init__(self, reason: str, model: str):
+        super().__init__(reason)
+        self.reason, self.model = reason, model
+
+
+def _req_id() -> str:
+    return os.urandom(12).hex()
+
+
+def output_line(custom_id: str, status_code: int | None, body, error: dict | None, raw_body: bytes | None = None
+                ) -> bytes:
+    """One line of the output/error file in OpenAI's shape."""
+    head = b'{"id":"batch_req_' + _req_id().encode() + b'","custom_id":' + json.dumps(custom_id).encode()
+    if status_code is None:
+        return head + b',"response":null,"error":' + json.dumps(error).encode() + b"}\n"
+    body_bytes = raw_body if raw_body is not None else json.dumps(body, separators=(",", ":")).encode()
+    return (head + b',"response":{"status_code":' + str(status_code).encode() + b',"request_id":"'
+            + _req_id().encode() + b'","body":' + body_bytes + b'},"error":'
+            + (json.dumps(error).encode() if error else b"null") + b"}\n")
+
+
+class Runner:
+    def __init__(self, batch: Batch):
+        self.batch_id = batch.pk
+        self.claim = batch.claim
+        self.endpoint = batch.endpoint
+        self.concurrency = max(1, batch.concurrency)
+        self.gap = batch.pacing_ms / 1000.0
+        self.default_model = batch.default_model
+        self.caller = Caller(batch.key_id, batch.user_id)
+        self.input_path = batch.input_file.path
+        self.output_path = batch.output_file.path
+        self.error_path = batch.error_file.path
+        self.db = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{batch.pk}-db")
+        self.results: list[Result] = []
+        self.unsent: list[int] = []  # claimed but not sent (pause, cancel): back to pending
+        self.cancelled = False
+        self.paused: Paused | None = None
+        self.lost = False  # another runner took the batch: stop without writing
+        self._next_send = 0.0
+        self._pace = asyncio.Lock() if self.gap else None
+        self._flush_now = asyncio.Event()
+        self._last_line = 0
+
+    # ------------------------------------------------------------ database (one thread, one connection)
+    async def _db(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.db, fn, *args)
+
+    def _claim_chunk(self, size: int) -> list[Item]:
+        rows = list(BatchLine.objects.filter(batch_id=self.batch_id, status=BatchLine.Status.PENDING,
+                                             line__gt=self._last_line)
+                    .order_by("line").values_list("pk", "line", "custom_id", "offset", "length")[:size])
+        if not rows:
+            rows = list(BatchLine.objects.filter(batch_id=self.batch_id, status=BatchLine.Status.PENDING)
+                        .order_by("line").values_list("pk", "line", "custom_id", "offset", "length")[:size])
+        if not rows:
+            return []
+        ids = [r[0] for r in rows]
+        # The claim: only lines still pending are taken (never one with a recorded result).
+        with transaction.atomic():
+            if not Batch.objects.filter(pk=self.batch_id, claim=self.claim).exists():
+                self.lost = True
+                return []
+            BatchLine.objects.filter(pk__in=ids, status=BatchLine.Status.PENDING).update(
+                status=BatchLine.Status.SENDING)
+        self._last_line = rows[-1][1]
+        return [Item(pk, cid, off, length) for pk, _, cid, off, length in rows]
+
+    def _commit(self, results: list[Result], unsent: list[int], out_size: int, err_size: int) -> dict:
+        """Mark lines done/failed and record the files' committed sizes, in one transaction."""
+        close_old_connections()
+        now = timezone.now()
+        with transaction.atomic():
+            batch = Batch.objects.select_for_update().filter(pk=self.batch_id).values(
+                "claim", "cancel_requested").first()
+            if batch is None or batch["claim"] != self.claim:
+                self.lost = True
+                return {"lost": True}
+            lines = []
+            ok = failed = pt = ct = 0
+            for r in results:
+                lines.append(BatchLine(pk=r.pk, status=BatchLine.Status.DONE if r.ok else BatchLine.Status.FAILED,
+                                       status_code=r.status_code, attempts=r.attempts, error=r.error[:2000],
+                                       tokens=r.tokens))
+                ok += r.ok
+                failed += not r.ok
+                pt += r.prompt_tokens
+                ct += r.completion_tokens
+            if lines:
+                BatchLine.objects.bulk_update(lines, ["status", "status_code", "attempts", "error", "tokens"],
+                                              batch_size=500)
+            if unsent:
+                BatchLine.objects.filter(pk__in=unsent, status=BatchLine.Status.SENDING).update(
+                    status=BatchLine.Status.PENDING)
+            Batch.objects.filter(pk=self.batch_id).update(
+                completed=F("completed") + ok, failed=F("failed") + failed, prompt_tokens=F("prompt_tokens") + pt,
+                completion_tokens=F("completion_tokens") + ct, output_size=out_size, error_size=err_size,
+                heartbeat=now)
+            Batch.objects.filter(pk=self.batch_id, status=Batch.Status.PAUSED).update(
+                status=Batch.Status.IN_PROGRESS, reason="")
+        return {"cancel": batch["cancel_requested"]}
+
+    def _progress(self) -> dict:
+        from inference.batches.schemas import batch_progress
+
+        return {"type": "batch", **batch_progress(Batch.objects.get(pk=self.batch_id))}
+
+    def _set_paused(self, reason: str) -> dict:
+        Batch.objects.filter(pk=self.batch_id, claim=self.claim).update(
+            status=Batch.Status.PAUSED, reason=reason, heartbeat=timezone.now())
+        from inference.batches import services
+
+        services.raise_alert(Batch.objects.get(pk=self.batch_id))
+        return self._progress()
+
+    def _heartbeat(self) -> bool:
+        """Still ours; returns whether a cancel was asked."""
+        row = Batch.objects.filter(pk=self.batch_id).values("claim", "cancel_requested").first()
+        if row is None or row["claim"] != self.claim:
+            self.lost = True
+            return True
+        Batch.objects.filter(pk=self.batch_id).update(heartbeat=timezone.now())
+        return row["cancel_requested"]
+
+    def _set_running(self) -> None:
+        Batch.objects.filter(pk=self.batch_id, claim=self.claim).update(
+            status=Batch.Status.IN_PROGRESS, reason="", heartbeat=timezone.now())
+
+    # ------------------------------------------------------------ the run
+    async def run(self) -> None:
+        self.in_fd = os.open(self.input_path, os.O_RDONLY)
+        self.out_fd = os.open(self.output_path, os.O_WRONLY | os.O_APPEND)
+        self.err_fd = os.open(self.error_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            while True:
+                self.paused = None
+                await self._pass()
+                if self.lost or self.cancelled or self.paused is None:
+                    break
+                await self._wait_ready()
+                if self.lost or self.cancelled:
+                    break
+        finally:
+            await usage.flush()
+            for fd in (self.in_fd, self.out_fd, self.err_fd):
+                os.close(fd)
+            await self._db(close_old_connections)
+            self.db.shutdown(wait=True)
+
+    async def _pass(self) -> None:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=self.concurrency * 2)
+        workers = [asyncio.create_task(self._worker(queue)) for _ in range(self.concurrency)]
+        flusher = asyncio.create_task(self._flusher())
+        try:
+            chunk = max(64, self.concurrency * 8)
+            while not self._stopping():
+                items = await self._db(self._claim_chunk, chunk)
+                if not items:
+                    break
+                for i, item in enumerate(items):
+                    if self._stopping():
+                        self.unsent.extend(x.pk for x in items[i:])
+                        break
+                    await queue.put(item)
+            for _ in workers:
+                await queue.put(None)
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            await self._flush()
+
+    def _stopping(self) -> bool:
+        return self.cancelled or self.lost or self.paused is not None
+
+    async def _worker(self, queue: asyncio.Queue) -> None:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if self._stopping():
+                self.unsent.append(item.pk)
+                continue
+            try:
+                result = await self._send(item)
+            except Paused as paused:
+                if self.paused is None:
+                    self.paused = paused
+                self.unsent.append(item.pk)
+                continue
+            self.results.append(result)
+            if len(self.results) >= FLUSH_AT:
+                self._flush_now.set()
+
+    async def _paced(self) -> None:
+        if self._pace is None:
+            return
+        async with self._pace:
+            now = time.monotonic()
+            wait = self._next_send - now
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._next_send = max(now, self._next_send) + self.gap
+
+    def _payload(self, item: Item) -> tuple[bytes, str]:
+        raw = os.pread(self.in_fd, item.length, item.offset)
+        obj = json.loads(raw)
+        body = obj["body"]
+        if not body.get("model") and self.default_model:
+            body["model"] = self.default_model
+        return json.dumps(body, separators=(",", ":")).encode(), body.get("model", "")
+
+    async def _send(self, item: Item) -> Result:
+        payload, model = self._payload(item)
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._paced()
+            status, body, raw, error = await self._once(payload)
+            if status is None and error and error["code"] in NOT_READY:
+                raise Paused(error["message"], model)
+            retry = (status in RETRYABLE_STATUS) if status is not None else error.get("retry", False)
+            if retry and attempt < max_attempts() and not self._stopping():
+                await asyncio.sleep(backoff(attempt))
+                continue
+            return self._result(item, attempt, status, body, raw, error)
+
+    async def _once(self, payload: bytes):
+        """(status, parsed body, raw body, error): an engine answer, or our own error."""
+        try:
+            result = await asyncio.wait_for(self._call(payload), request_timeout())
+        except asyncio.TimeoutError:
+            return None, None, None, {"code": "timeout", "retry": True,
+                                      "message": f"The engine did not answer within {request_timeout():.0f} s."}
+        except (aiohttp.ClientError, OSError) as exc:
+            return None, None, None, {"code": "connection_error", "retry": True,
+                                      "message": f"Could not reach the engine: {exc!r}"}
+        return result
+
+    async def _call(self, payload: bytes):
+        answer = await views.proxy(self.endpoint, payload, False, caller=self.caller)
+        if isinstance(answer, HttpResponseBase):  # the gateway's own refusal (model, readiness, body)
+            try:
+                err = json.loads(answer.content)["error"]
+            except (ValueError, KeyError, TypeError):
+                err = {"code": "gateway_error", "message": answer.content.decode(errors="replace")}
+            code = err.get("code") or "gateway_error"
+            return None, None, None, {"code": code, "message": err.get("message", ""),
+                                      "retry": code == "upstream_disconnected" or answer.status_code == 429}
+        status, raw = await answer.read()
+        if status is None:  # the engine broke off mid-answer
+            try:
+                err = json.loads(raw.content)["error"]
+            except (ValueError, KeyError, TypeError):
+                err = {"code": "upstream_disconnected", "message": "the engine stopped answering"}
+            return None, None, None, {"code": err.get("code"), "message": err.get("message"), "retry": True}
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+            raw = None
+        if raw is not None and (b"\n" in raw or not isinstance(body, (dict, list))):
+            raw = None
+        return status, body, raw, None
+
+    def _result(self, item: Item, attempts: int, status, body, raw, error) -> Result:
+        if status is None:
+            err = {"code": error["code"], "message": error["message"]}
+            return Result(item.pk, False, None, attempts, f"{err['code']}: {err['message']}", 0, 0, 0,
+                          output_line(item.custom_id, None, None, err))
+        pt = ct = 0
+        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+            u = body["usage"]
+            pt, ct = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+        ok = 200 <= status < 300
+        text = ""
+        if not ok:
+            msg = body.get("error") if isinstance(body, dict) else body
+            if isinstance(msg, dict):
+                msg = msg.get("message") or json.dumps(msg)
+            text = f"HTTP {status}: {str(msg)[:500]}"
+        return Result(item.pk, ok, status, attempts, text, pt + ct, pt, ct,
+                      output_line(item.custom_id, status, body, None, raw))
+
+    # ------------------------------------------------------------ recording
+    async def _flusher(self) -> None:
+        last_progress = 0.0
+        while True:
+            try:
+                await asyncio.wait_for(self._flush_now.wait(), FLUSH_EVERY_S)
+            except asyncio.TimeoutError:
+                pass
+            self._flush_now.clear()
+            await self._flush()
+            if time.monotonic() - last_progress >= 1.0:
+                last_progress = time.monotonic()
+                await self._publish()
+
+    async def _flush(self) -> None:
+        results, self.results = self.results, []
+        unsent, self.unsent = self.unsent, []
+        if self.lost:
+            return
+        if not results and not unsent:
+            cancel = await self._db(self._heartbeat)
+        else:
+            out = b"".join(r.line for r in results if r.ok)
+            err = b"".join(r.line for r in results if not r.ok)
+            out_size = await asyncio.to_thread(self._append, out, err)
+            state = await self._db(self._commit, results, unsent, *out_size)
+            cancel = state.get("cancel", False)
+        if cancel and not self.cancelled:
+            self.cancelled = True
+
+    def _append(self, out: bytes, err: bytes) -> tuple[int, int]:
+        for fd, data in ((self.out_fd, out), (self.err_fd, err)):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if data:
+                os.fsync(fd)
+        return os.fstat(self.out_fd).st_size, os.fstat(self.err_fd).st_size
+
+    async def _publish(self, payload: dict | None = None) -> None:
+        try:
+            from channels.layers import get_channel_layer
+            from monitoring.consumers import LIVE_GROUP
+
+            payload = payload or await self._db(self._progress)
+            layer = get_channel_layer()
+            if layer is not None:
+                await asyncio.wait_for(layer.group_send(LIVE_GROUP, {"type": "live.message", "payload": payload}), 2)
+        except Exception as exc:  # noqa: BLE001 - a missed message only delays a progress bar
+            log.debug("batch progress not published: %r", exc)
+
+    # ------------------------------------------------------------ paused
+    async def _wait_ready(self) -> None:
+        """The deployment went away mid-batch: pause with the reason, resume when it is ready again."""
+        paused = self.paused
+        log.warning("batch %s paused: %s", self.batch_id, paused.reason)
+        await self._publish(await self._db(self._set_paused, paused.reason))
+        while True:
+            await asyncio.sleep(PAUSE_POLL_S)
+            if await self._db(self._heartbeat):
+                self.cancelled = True
+                return
+            if self.lost:
+                return
+            if (await routing.route(paused.model)).upstreams:
+                await self._db(self._set_running)
+                log.info("batch %s resumed: %s is ready again", self.batch_id, paused.model)
+                return

@@ -1,0 +1,135 @@
+"""A counting stub engine for batch tests and bench/batch.py.
+
+Raw asyncio HTTP/1.1 with keep-alive on 127.0.0.1. Answers
+/v1/chat/completions, /v1/completions and /v1/embeddings whole (no
+streaming) after `delay` seconds; counts every request per prompt text
+(`seen`), the requests in flight and their peak (`peak`), so a test can prove
+that no line was sent twice and that the batch kept to its concurrency.
+A prompt containing "flaky-N" is answered 503 the first N times.
+Run standalone: `python -m tests.batches.stub [delay]` prints `PORT <n>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import sys
+import threading
+
+
+class CountingStub:
+    def __init__(self, delay: float = 0.0, model: str = "stub"):
+        self.delay = delay
+        self.model = model
+        self.seen: collections.Counter = collections.Counter()
+        self.requests = 0
+        self.in_flight = 0
+        self.peak = 0
+        self.port = 0
+        self._server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port, backlog=2048)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server:
+            self._server.close()
+
+    async def _serve(self, reader, writer) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                length = 0
+                for line in lines[1:]:
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                raw = await reader.readexactly(length) if length else b""
+                status, body = await self._answer(method, path, raw)
+                writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                             % (status, len(body)) + body)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _answer(self, method, path, raw):
+        if method == "GET":
+            return 200, json.dumps({"object": "list", "data": [{"id": self.model}]}).encode()
+        body = json.loads(raw or b"{}")
+        if "messages" in body:
+            prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
+        else:
+            prompt = str(body.get("prompt", body.get("input", "")))
+        self.requests += 1
+        self.seen[prompt] += 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        if "flaky-" in prompt:
+            fails = int(prompt.split("flaky-", 1)[1].split()[0])
+            if self.seen[prompt] <= fails:
+                return 503, b'{"error":{"message":"busy, try later"}}'
+        words = len(prompt.split())
+        usage = {"prompt_tokens": words, "completion_tokens": 3, "total_tokens": words + 3}
+        if path.endswith("/embeddings"):
+            return 200, json.dumps({"object": "list", "data": [{"object": "embedding", "index": 0,
+                                    "embedding": [0.1, 0.2]}], "model": body.get("model"),
+                                    "usage": {"prompt_tokens": words, "total_tokens": words}}).encode()
+        if path.endswith("/chat/completions"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": "echo: " + prompt[:40]},
+                      "finish_reason": "stop"}
+        else:
+            choice = {"index": 0, "text": "echo: " + prompt[:40], "finish_reason": "stop"}
+        return 200, json.dumps({"id": "cmpl-stub", "object": "chat.completion", "model": body.get("model"),
+                                "choices": [choice], "usage": usage}).encode()
+
+
+@contextlib.contextmanager
+def running(delay: float = 0.0, model: str = "stub"):
+    stub = CountingStub(delay, model)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(stub.start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    try:
+        yield stub
+    finally:
+        asyncio.run_coroutine_threadsafe(stub.close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+if __name__ == "__main__":
+    async def main():
+        stub = CountingStub(float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
+        await stub.start()
+        print(f"PORT {stub.port}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
