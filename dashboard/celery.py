@@ -9,7 +9,8 @@ app = Celery("dashboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # dashboard.tasks, then each inference area's tasks module.
 app.autodiscover_tasks()
-app.autodiscover_tasks(["inference.library", "inference.deployments", "inference.benchmarks", "monitoring.alerts"])
+app.autodiscover_tasks(["inference.library", "inference.deployments", "inference.benchmarks", "monitoring.alerts",
+                        "inference.batches"])
 
 
 def host_queue(host_name):
