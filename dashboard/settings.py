@@ -271,6 +271,14 @@ MONITOR_INTERVAL = envfloat("MONITOR_INTERVAL", 1.0, minimum=0.25, maximum=60)
 # ~69k 10 s rows per day, ~345k 1 min rows per 30 days -- fine for SQLite.
 MONITOR_RAW_RETENTION = envint("MONITOR_RAW_RETENTION", 3600, minimum=60)
 MONITOR_10S_RETENTION = envint("MONITOR_10S_RETENTION", 24 * 3600, minimum=600)
+
+# Batch jobs (/v1/files, /v1/batches): the largest input file, the longest line,
+# tries per line on 429/5xx/timeouts (with doubling backoff from BATCH_BACKOFF_S).
+BATCH_FILE_MAX_BYTES = envint("BATCH_FILE_MAX_BYTES", 2 * 1024**3, minimum=1024)
+BATCH_LINE_MAX_BYTES = envint("BATCH_LINE_MAX_BYTES", 8 * 1024**2, minimum=1024)
+BATCH_MAX_ATTEMPTS = envint("BATCH_MAX_ATTEMPTS", 5, minimum=1, maximum=50)
+BATCH_BACKOFF_S = float(os.environ.get("BATCH_BACKOFF_S") or 1.0)
+BATCH_REQUEST_TIMEOUT_S = envint("BATCH_REQUEST_TIMEOUT_S", 600, minimum=1)
 MONITOR_1M_RETENTION = envint("MONITOR_1M_RETENTION", 30 * 24 * 3600, minimum=3600)
 # How often the monitor writes its buffered history rows (one batch insert).
 MONITOR_FLUSH_INTERVAL = envfloat("MONITOR_FLUSH_INTERVAL", 5.0, minimum=0.5, maximum=300)
