@@ -317,15 +317,11 @@ def notify(batch_id) -> None:
 
 
 def raise_alert(batch: Batch) -> None:
-    try:
-        from monitoring.alerts import events
-    except ImportError:
-        return
-    raise_fn = getattr(events, "raise_event", None) or getattr(events, "raise_alert", None)
-    if raise_fn is None:
-        return
-    try:
-        raise_fn(f"batch.{batch.status}", subject=f"batch {batch.pk}",
-                 detail=batch.reason or f"{batch.completed} done, {batch.failed} failed of {batch.total}")
-    except Exception:  # an alert that cannot be raised never breaks a batch
-        logger.exception("could not raise the alert for batch %s", batch.pk)
+    """One alert when a batch ends or pauses (monitoring/alerts; never breaks the batch)."""
+    from monitoring.alerts import events
+
+    kind = "batch_finished" if batch.status in ("completed", "cancelled") else "batch_failed"
+    events.raise_event(kind, subject=f"batch {batch.pk} {batch.status}", link=f"/batches/{batch.pk}/",
+                       host=batch.host, details={"batch_id": batch.pk, "status": batch.status,
+                                                 "reason": batch.reason, "completed": batch.completed,
+                                                 "failed": batch.failed, "total": batch.total})

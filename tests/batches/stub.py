@@ -29,6 +29,8 @@ class CountingStub:
         self.peak = 0
         self.port = 0
         self._server = None
+        self._writers: set = set()
+        self.loop = None
 
     @property
     def url(self) -> str:
@@ -41,8 +43,19 @@ class CountingStub:
     async def close(self) -> None:
         if self._server:
             self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()  # a crashed engine: open connections drop too
+
+    def crash(self) -> None:
+        """Stop answering at once, like an engine that died (from another thread)."""
+        asyncio.run_coroutine_threadsafe(self.close(), self.loop).result(5)
+
+    def revive(self) -> None:
+        """Listen again on the same port, like the engine restarted."""
+        asyncio.run_coroutine_threadsafe(self.start(self.port), self.loop).result(5)
 
     async def _serve(self, reader, writer) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 try:
@@ -63,6 +76,7 @@ class CountingStub:
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:
+            self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -107,6 +121,8 @@ def running(delay: float = 0.0, model: str = "stub"):
     stub = CountingStub(delay, model)
     loop = asyncio.new_event_loop()
     started = threading.Event()
+
+    stub.loop = loop
 
     def serve():
         asyncio.set_event_loop(loop)

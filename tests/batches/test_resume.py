@@ -1,0 +1,100 @@
+"""Nothing lost, nothing twice: a worker killed with SIGKILL mid-batch, and a
+deployment that crashes mid-batch, against the counting stub engine."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import openai
+import pytest
+from django.conf import settings
+
+from inference.gateway import keys
+from inference.models import Batch, BatchLine
+from tests.batches.stub import running
+from tests.batches.test_api import chat_line, deployment, jsonl
+from tests.helpers import REPO, child_env, stop_group, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+CONCURRENCY = 4
+
+
+def start_worker(log):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", f"default,host.{settings.HOST_NAME}",
+         "-n", f"again@{settings.HOST_NAME}", "--pool", "solo", "--without-mingle", "--without-gossip", "-l", "INFO"],
+        cwd=REPO, env=child_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_until(lambda: b" ready." in log.read_bytes() or process.poll() is not None, 60, "worker start")
+    assert process.poll() is None, log.read_text()
+    return process
+
+
+@pytest.fixture
+def api(asgi_server, operator):
+    _, secret = keys.key_create(user=operator, name="batch", rate_limit=0)
+    return openai.OpenAI(base_url=asgi_server + "/v1", api_key=secret, max_retries=0, timeout=60)
+
+
+def outputs(api, batch):
+    return [json.loads(x) for x in api.files.content(batch.output_file_id).text.splitlines()]
+
+
+def test_sigkill_of_the_worker_mid_batch_loses_nothing_and_sends_no_recorded_line_again(
+        api, celery_worker, tmp_path):
+    n = 300
+    with running(delay=0.04) as stub:
+        deployment(stub.port)
+        f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line(i) for i in range(n)]))),
+                             purpose="batch")
+        batch = api.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        wait_until(lambda: Batch.objects.get(pk=batch.id).completed >= 60, 60, "a part done")
+        os.killpg(celery_worker.pid, signal.SIGKILL)
+        celery_worker.wait()
+        sent_before = stub.requests
+        recorded = set(BatchLine.objects.filter(batch_id=batch.id, status="done").values_list("custom_id", flat=True))
+        assert 60 <= len(recorded) < n
+        assert Batch.objects.get(pk=batch.id).status == "in_progress"  # nobody is running it now
+
+        worker = start_worker(tmp_path / "worker2.log")  # the restarted panel's worker resumes it
+        try:
+            done = wait_until(lambda: (b := api.batches.retrieve(batch.id)).status == "completed" and b, 90,
+                              "resumed batch completed")
+        finally:
+            stop_group(worker)
+        assert "resuming batch" in (tmp_path / "worker2.log").read_text()
+
+        ids = [o["custom_id"] for o in outputs(api, done)]
+        assert sorted(ids) == sorted(f"req-{i}" for i in range(n))  # every line once: none lost, none twice
+        assert done.request_counts.completed == n and done.request_counts.failed == 0
+        for i in range(n):  # a line whose result was recorded was never sent again
+            if f"req-{i}" in recorded:
+                assert stub.seen[f"line {i}"] == 1, i
+            else:
+                assert stub.seen[f"line {i}"] in (1, 2), i
+        # only lines in flight (or answered but not yet recorded) at the kill reached the engine twice
+        twice = [i for i in range(n) if stub.seen[f"line {i}"] == 2]
+        assert len(twice) == stub.requests - n
+        assert len(twice) <= sent_before - len(recorded)
+        assert stub.peak <= CONCURRENCY
+
+
+def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_resumes(api, celery_worker):
+    n = 120
+    with running(delay=0.03) as stub:
+        deployment(stub.port)
+        f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line(i) for i in range(n)]))),
+                             purpose="batch")
+        batch = api.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        wait_until(lambda: Batch.objects.get(pk=batch.id).completed >= 20, 60, "a part done")
+        stub.crash()
+        paused = wait_until(lambda: (b := Batch.objects.get(pk=batch.id)).status == "paused" and b, 30, "paused")
+        assert "do not answer" in paused.reason or "ready" in paused.reason
+        assert api.batches.retrieve(batch.id).status == "paused"
+        stub.revive()
+        done = wait_until(lambda: (b := api.batches.retrieve(batch.id)).status == "completed" and b, 60,
+                          "resumed after the engine came back")
+        assert sorted(o["custom_id"] for o in outputs(api, done)) == sorted(f"req-{i}" for i in range(n))
+        assert done.request_counts.failed == 0
