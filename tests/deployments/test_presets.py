@@ -1,10 +1,12 @@
 import hashlib
+from pathlib import Path
 
+import httpx
 import pytest
 
 from inference.engines import Runtime, get_engine
 from inference.deployments.presets import GEMMA_DEMO, PRESETS, PYPI_PACKAGE, assemble_demo_model, get_preset
-from tests.helpers import DEMO_CACHE
+from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, needs_llama, wait_until
 
 ISSUE_NAMES = [
     "Qwen3.8 27B NVFP4 (1× V100 32GB, vLLM + DFlash2 speculative decoding)",
@@ -68,3 +70,78 @@ def test_the_demo_model_is_assembled_from_its_package_with_a_verified_checksum()
     assert h.hexdigest() == demo.EXPECTED_SHA256
     with open(path, "rb") as f:
         assert f.read(4) == b"GGUF"
+
+
+def test_the_demo_launches_with_its_chat_template_and_stop_even_when_extra_arguments_are_added():
+    engine = get_engine("llamacpp")
+    template = GEMMA_DEMO.model_args[GEMMA_DEMO.model_args.index("--chat-template-file") + 1]
+    assert Path(template).is_file() and "User: " in Path(template).read_text()
+    for spec in (GEMMA_DEMO.spec("/m.gguf", port=8100), GEMMA_DEMO.spec("/m.gguf", port=8100, extra_args=["-t", "2"])):
+        argv = engine.build_argv(spec, Runtime("llamacpp", "executable", "/opt/bin/llama-server"))
+        assert argv[argv.index("--chat-template-file") + 1] == template
+        assert argv[argv.index("--reverse-prompt") + 1] == "User:"
+    assert GEMMA_DEMO.spec("/m.gguf", extra_args=["-t", "2"]).extra_args[-2:] == ["-t", "2"]
+    # Kept once, not doubled, when a profile's saved arguments come back through spec().
+    again = GEMMA_DEMO.spec("/m.gguf", extra_args=GEMMA_DEMO.spec("/m.gguf").extra_args)
+    assert again.extra_args.count("--chat-template-file") == 1
+
+
+TEMPLATE_JUNK = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "User:", "Assistant:")
+
+
+@needs_llama
+@pytest.mark.engine
+@pytest.mark.timeout(300)
+def test_the_real_demo_answers_a_question_sensibly_and_stops(tmp_path):
+    """The issue: the demo answered "<|im_end|><|im_start|>student ..." over and
+    over (llama-server's ChatML fallback). Now it answers and stops by itself."""
+    from inference.deployments import supervisor
+
+    engine = get_engine("llamacpp")
+    spec = GEMMA_DEMO.spec(demo_model_path(), extra_args=["--threads", "2", "--temp", "0"])
+    started = supervisor.launch(engine, spec, Runtime("llamacpp", "executable", str(LLAMA_WRAPPER)),
+                                tmp_path / "llama.log")
+    try:
+        url = engine.health_url("127.0.0.1", started.port)
+        wait_until(lambda: supervisor.probe_health(url, timeout=1).status == 200, 180, "llama-server health",
+                   interval=0.25)
+        answers = []
+        for question in ("What is the capital of France?", "Name three colours."):
+            r = httpx.post(f"http://127.0.0.1:{started.port}/v1/chat/completions", timeout=120, trust_env=False,
+                           json={"model": "gemma-3-270m", "max_tokens": 60,
+                                 "messages": [{"role": "user", "content": question}]})
+            choice = r.json()["choices"][0]
+            answers.append(choice["message"]["content"])
+            assert choice["finish_reason"] == "stop", choice  # stopped by itself, not at max_tokens
+            assert not any(junk in choice["message"]["content"] for junk in TEMPLATE_JUNK), choice
+        assert "Paris" in answers[0], answers
+        # A follow-up in the same chat sees the earlier turns.
+        r = httpx.post(f"http://127.0.0.1:{started.port}/v1/chat/completions", timeout=120, trust_env=False,
+                       json={"model": "gemma-3-270m", "max_tokens": 60, "stream": False,
+                             "messages": [{"role": "system", "content": "Answer briefly."},
+                                          {"role": "user", "content": "What is the capital of France?"},
+                                          {"role": "assistant", "content": answers[0]},
+                                          {"role": "user", "content": "And the capital of Germany?"}]})
+        follow = r.json()["choices"][0]
+        assert follow["finish_reason"] == "stop" and "Berlin" in follow["message"]["content"], follow
+    finally:
+        assert supervisor.stop(started.handle, grace_s=10).survivors == []
+
+
+@pytest.mark.django_db
+def test_a_demo_profile_saved_before_the_template_fix_gets_it_on_the_next_launch():
+    from django.conf import settings
+
+    from inference.deployments.services import preset_profile
+    from inference.models import EngineRuntime, LaunchProfile
+
+    host = settings.HOST_NAME
+    runtime = EngineRuntime.objects.create(name="llama.cpp", host=host, engine="llamacpp", kind="executable",
+                                           path="/opt/bin/llama-server", detect_status="ok")
+    old = LaunchProfile.objects.create(name="demo", host=host, runtime=runtime, model_path="/m.gguf",
+                                       preset=GEMMA_DEMO.slug, served_model_name="gemma-3-270m", gpus=[],
+                                       extra_args=["--threads", "2"])
+    profile = preset_profile(preset_slug=GEMMA_DEMO.slug, host=host)
+    assert profile.pk == old.pk
+    old.refresh_from_db()
+    assert old.extra_args == list(GEMMA_DEMO.model_args) + ["--threads", "2"]
