@@ -355,11 +355,6 @@ def deployment_record_phase(deployment_id, phase, at=None):
     Deployment.objects.filter(pk=deployment_id).update(phases=phases[-100:])
 
 
-def launch_dir_for(deployment_id) -> Path:
-    """The deployment's own scratch directory (engine sockets, compile cache), removed on stop."""
-    return Path(settings.DATA_DIR) / "run" / f"deployment-{deployment_id}"
-
-
 def log_path_for(deployment_id) -> Path:
     return Path(settings.DATA_DIR) / "logs" / "deployments" / f"deployment-{deployment_id}.log"
 
@@ -391,8 +386,7 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
     if keep_port and dep.port:
         spec = spec.with_port(dep.port)
     return supervisor.launch(engine, spec, profile.runtime.as_runtime(), log_path_for(dep.pk),
-                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk),
-                             launch_dir=launch_dir_for(dep.pk))
+                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk))
 
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
@@ -463,12 +457,10 @@ def deployment_stop_process(*, deployment_id, grace_s=None) -> Deployment:
         h = handle_of(dep)
         if h is None or (h.pid, h.start_time) in stopped_handles:
             break
-        result = supervisor.stop(h, grace_s=grace_s, launch_dir=str(launch_dir_for(dep.pk)))
+        result = supervisor.stop(h, grace_s=grace_s)
         survivors = result.survivors
         stopped_handles.add((h.pid, h.start_time))
         _docker_stop(dep)
-    if not survivors:
-        supervisor.clean_launch_dir(launch_dir_for(deployment_id))
     dep = Deployment.objects.get(pk=deployment_id)
     fields = {"stopped": timezone.now(), "stop_requested": True}
     if survivors:
