@@ -761,3 +761,122 @@ class BatchLine(models.Model):
         ordering = ["line"]
         constraints = [models.UniqueConstraint(fields=["batch", "custom_id"], name="batchline_unique_custom_id")]
         indexes = [models.Index(fields=["batch", "status", "line"])]
+
+
+class Experiment(models.Model):
+    """"Is B really faster than A?": two or more configurations (launch
+    profiles or running deployments), one workload, R repetitions, run
+    unattended on one host in a fair order. Each launch, measurement and
+    stop is an ExperimentStep row; each measurement is a BenchmarkRun in the
+    history. The runner (Celery, host queue) claims the row with a token and
+    beats a heartbeat; a restarted worker resumes at the first step not done."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    class Order(models.TextChoices):
+        INTERLEAVED = "interleaved", "Interleaved (A B A B, all configurations up at once)"
+        BLOCKS = "blocks", "Blocks (A A A, then B B B; one configuration up at a time)"
+
+    STATUS_COLOURS = BenchmarkRun.STATUS_COLOURS
+    FINISHED = ("succeeded", "failed", "cancelled")
+
+    name = models.CharField(max_length=200)
+    host = models.CharField(max_length=100)
+    preset = models.CharField(max_length=100, blank=True)
+    # [{"label": "A", "profile": id|None, "deployment": id|None, "name": "..."}]; the first is the baseline.
+    configurations = models.JSONField(default=list)
+    scenario = models.CharField(max_length=100)
+    workload = models.JSONField(default=dict, blank=True)  # the scenario as run (overrides applied)
+    concurrency_levels = models.JSONField(default=list, blank=True)  # [] = the scenario's own
+    prompt_lengths = models.JSONField(default=list, blank=True)  # [] = the scenario's own
+    repetitions = models.PositiveSmallIntegerField(default=3)
+    order = models.CharField(max_length=20, choices=Order.choices, default=Order.INTERLEAVED)
+    slo_decode_tok_s = models.FloatField(null=True, blank=True)  # per-stream SLO for the sweet-spot preset
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    progress = models.JSONField(default=dict, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    claim = models.CharField(max_length=64, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    state = models.JSONField(default=dict, blank=True)  # {"deployments": {config index: deployment id}}
+
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"experiment #{self.pk} {self.name} ({self.status})"
+
+    @property
+    def colour(self):
+        return self.STATUS_COLOURS.get(self.status, "grey")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def labels(self) -> list[str]:
+        return [c.get("label") or chr(ord("A") + i) for i, c in enumerate(self.configurations or [])]
+
+    def worker_gone(self) -> bool:
+        """No heartbeat for STALE_AFTER_S (killed worker, rebooted host)."""
+        return self.heartbeat is None or timezone.now() - self.heartbeat > timedelta(seconds=STALE_AFTER_S)
+
+
+class ExperimentStep(models.Model):
+    """One step of an experiment, in the order it runs: launch a
+    configuration (and wait for Ready), measure it once (one repetition at
+    one sweep point: a BenchmarkRun), or stop it."""
+
+    class Kind(models.TextChoices):
+        LAUNCH = "launch", "Launch"
+        MEASURE = "measure", "Measure"
+        STOP = "stop", "Stop"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+        CANCELLED = "cancelled", "Cancelled"
+
+    STATUS_COLOURS = {"pending": "grey", "running": "blue", "done": "green", "failed": "red", "skipped": "grey",
+                      "cancelled": "amber"}
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    configuration = models.PositiveSmallIntegerField()
+    repetition = models.PositiveSmallIntegerField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    run = models.ForeignKey(BenchmarkRun, null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="experiment_steps")
+    note = models.TextField(blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "index"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "index"], name="experimentstep_unique_index")]
+
+    @property
+    def colour(self):
+        return self.STATUS_COLOURS.get(self.status, "grey")
