@@ -66,6 +66,14 @@ ACTIONS: dict[str, str] = {
     "profile_launch": "profile.launch",
     "runtime_create": "runtime.create",
     "runtime_detect": "runtime.detect",
+    # alerts (pages)
+    "alert_channel_new": "alert_channel.create",
+    "alert_channel_edit": "alert_channel.edit",
+    "alert_channel_test": "alert_channel.send_test",
+    "alert_channel_delete": "alert_channel.delete",
+    "alert_rule_new": "alert_rule.create",
+    "alert_rule_edit": "alert_rule.edit",
+    "alert_rule_delete": "alert_rule.delete",
     # benchmarks (pages)
     "benchmark_import": "benchmark.import",
     # /api/: jobs

@@ -37,6 +37,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("inference.urls")),
     path("", include("monitoring.urls")),
+    path("", include("monitoring.alerts.urls")),
     path("", include("inference.gateway.urls")),
 ]
 

@@ -41,6 +41,7 @@ from dashboard.routing import CLOSE_NOT_FOUND, websocket_urlpatterns
 from inference.deployments.presets import GEMMA_DEMO
 from inference.gateway import keys
 from inference.models import BenchmarkRun, Deployment, EngineRuntime, LaunchProfile, ModelArtifact
+from monitoring.alerts.models import AlertChannel, AlertRule
 from monitoring.consumers import CLOSE_NOT_AUTHENTICATED
 from tests.helpers import REPO
 
@@ -82,6 +83,14 @@ PAGES = {
     "monitoring/": {"GET": READ},
     "monitoring/history": {"GET": READ},
     "monitoring/history.csv": {"GET": READ},
+    "alerts/": {"GET": READ},
+    "alerts/channels/new": {"GET": READ, "POST": CHANGE},
+    "alerts/channels/<int:channel_id>/": {"GET": READ, "POST": CHANGE},
+    "alerts/channels/<int:channel_id>/test": {"POST": CHANGE},
+    "alerts/channels/<int:channel_id>/delete": {"POST": CHANGE},
+    "alerts/rules/new": {"GET": READ, "POST": CHANGE},
+    "alerts/rules/<int:rule_id>/": {"GET": READ, "POST": CHANGE},
+    "alerts/rules/<int:rule_id>/delete": {"POST": CHANGE},
     "keys/": {"GET": READ},
     "keys/new": {"POST": CHANGE},
     "keys/<int:key_id>/revoke": {"POST": CHANGE},
@@ -192,7 +201,12 @@ def rows(db, tmp_path, operator):
                                        result=result)
     key, _ = keys.key_create(user=operator, name="ops")
     job = Job.objects.create(kind="worker-check", created_by=operator)
-    return {"user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
+    channel = AlertChannel(name="ops", kind="webhook")
+    channel.url = "http://127.0.0.1:9/nothing-listens"  # a test send is refused at once
+    channel.save()
+    rule = AlertRule.objects.create(name="all")
+    rule.channels.set([channel])
+    return {"channel_id": channel.pk, "rule_id": rule.pk, "user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
             "deployment_id": deployment.pk, "run_id": run.pk, "run_id2": run2.pk, "key_id": key.pk, "job_id": job.pk,
             "slug": GEMMA_DEMO.slug}
 

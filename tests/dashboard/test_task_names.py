@@ -14,7 +14,11 @@ PINNED = {
     "inference.deployment_tasks.detect_runtime",
     "inference.deployment_tasks.launch_deployment",
     "inference.deployment_tasks.stop_deployment",
+    "inference.deployment_tasks.install_runtime",
+    "inference.deployment_tasks.uninstall_runtime",
     "inference.benchmark_run",
+    "monitoring.alerts.deliver",
+    "inference.tasks.run_batch",
 }
 
 
