@@ -863,6 +863,7 @@ class ExperimentStep(models.Model):
     kind = models.CharField(max_length=10, choices=Kind.choices)
     configuration = models.PositiveSmallIntegerField()
     repetition = models.PositiveSmallIntegerField(null=True, blank=True)
+    scenario = models.CharField(max_length=100, blank=True)  # a workload of the experiment's; "" = its main one
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
