@@ -355,3 +355,57 @@ def eight_gpus():
 
 def no_driver():
     return FakeNvml(init_error=NVMLError_DriverNotLoaded)
+
+
+class ControlledFakeNvml(FakeNvml):
+    """A fake whose readings a test changes from outside the `monitor` process:
+    the JSON file named by KILN_FAKE_NVML_CONTROL holds
+    {"gpus": {"0": {"clocks_event_bits": 64, "pcie_width": 8, ...}}, "xids": [[gpu_index, xid], ...]}.
+    Attribute overrides are applied on each read; each Xid in the list is
+    delivered once through nvmlEventSetWait_v2 (new entries are appended)."""
+
+    def __init__(self, gpus, control_path):
+        super().__init__(gpus)
+        self.control_path = control_path
+        self.xids_delivered = 0
+        self._mtime = None
+
+    def _apply(self):
+        import json
+        import os
+
+        try:
+            mtime = os.stat(self.control_path).st_mtime_ns
+        except FileNotFoundError:
+            return
+        if mtime == self._mtime:
+            return
+        try:
+            with open(self.control_path, encoding="utf-8") as f:
+                control = json.load(f)
+        except ValueError:
+            return  # being written: read it next time
+        self._mtime = mtime
+        for index, fields in (control.get("gpus") or {}).items():
+            for name, value in fields.items():
+                setattr(self.gpus[int(index)], name, tuple(value) if name == "remapped" else value)
+        for gpu_index, xid in (control.get("xids") or [])[self.xids_delivered:]:
+            self.queue_xid(int(gpu_index), int(xid))
+            self.xids_delivered += 1
+
+    def nvmlDeviceGetUtilizationRates(self, g):
+        self._apply()
+        return super().nvmlDeviceGetUtilizationRates(g)
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        self._apply()
+        return super().nvmlEventSetWait_v2(event_set, timeout_ms)
+
+
+def controlled():
+    """Two GPUs (an H200 and a V100 at full link width) steered by KILN_FAKE_NVML_CONTROL."""
+    import os
+
+    return ControlledFakeNvml([FakeGpu(uuid="GPU-ctl-h200-0"),
+                               v100_on_x99(uuid="GPU-ctl-v100-1", pcie_width=16)],
+                              os.environ["KILN_FAKE_NVML_CONTROL"])
