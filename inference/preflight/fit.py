@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 # The model's side (config.json / GGUF -> ModelShape, KV cost per token) lives in shapes.py;
 # its names stay importable from here, where the services and the rules look for them.
+from inference.preflight import vllm_memory
 from inference.preflight.shapes import (  # noqa: F401
     DTYPE_BYTES, GGUF_KV_TYPES, GGUF_SLIDING_PATTERN, GiB, MiB, FitError, KVCost, ModelShape, WeightFormat,
     config_dtype, dtype_bytes, kv_cost, kv_dtype_bytes, lm_head_quantized, read_gguf, shape_from_config,
@@ -84,6 +85,11 @@ class LaunchSettings:
     quantization: str | None = None
     attention_backend: str | None = None
     speculative_config: dict | None = None
+    # what vLLM is told, when it is told (None: vLLM's own default for the GPU, see vllm_memory)
+    engine_max_num_seqs: int | None = None
+    enable_prefix_caching: bool | None = None   # hybrids: on changes how mamba state is paged
+    language_model_only: bool = False     # --language-model-only or every --limit-mm-per-prompt at 0:
+                                          # a multimodal checkpoint's vision tower is neither loaded nor profiled
 
 
 @dataclass
@@ -95,6 +101,10 @@ class GpuBudget:
     overhead_bytes: int
     kv_cache_bytes: int                   # what is left for the cache (may be negative)
     free_bytes: int                       # outside the engine's budget
+    # the overhead's parts, as vLLM's "Actual usage is ..." line names them (0 where not estimated)
+    activation_bytes: int = 0
+    non_torch_bytes: int = 0
+    cudagraph_bytes: int = 0
 
 
 @dataclass
@@ -144,6 +154,37 @@ def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int,
 
 
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)
+
+
+def _vllm_overhead(shape: ModelShape, s: LaunchSettings, g: GPU, tp: int) -> vllm_memory.Overhead:
+    batched, default_seqs = vllm_memory.serve_defaults(g.total_memory_bytes, g.name)
+    return vllm_memory.estimate_overhead(
+        shape, tensor_parallel_size=tp, max_num_batched_tokens=s.max_num_batched_tokens or batched,
+        max_num_seqs=s.engine_max_num_seqs or default_seqs, enforce_eager=s.enforce_eager,
+        with_vision=bool(shape.vision) and not s.language_model_only)
+
+
+def _in_flight_tokens(s: LaunchSettings, g: GPU) -> int:
+    # sliding-window groups hold the window plus what two scheduled batches add (async scheduling)
+    batched, _ = vllm_memory.serve_defaults(g.total_memory_bytes, g.name)
+    return 2 * int(s.max_num_batched_tokens or batched)
+
+
+def _vllm_layout(shape: ModelShape, s: LaunchSettings, tp: int, draft_kv: KVCost | None) -> vllm_memory.KVLayout:
+    kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, shape.torch_dtype)
+    full = shape.full_attention_layers
+    if draft_kv and not shape.mla_latent_dim:
+        # a draft's own attention layers join the full-attention group(s)
+        per_layer = shape.num_kv_heads * (shape.head_dim + shape.v_head_dim) * kv_bytes
+        full += round(draft_kv.bytes_per_token / per_layer) if per_layer else 0
+    mode = "none"
+    if s.enable_prefix_caching:
+        mode = "align"          # vLLM's choice for Gated DeltaNet hybrids with prefix caching
+    return vllm_memory.kv_layout(
+        full_layers=full, sliding_layers=shape.sliding_window_layers, mamba_layers=shape.linear_attention_layers,
+        kv_heads=shape.num_kv_heads, head_dim=shape.head_dim, v_head_dim=shape.v_head_dim, kv_bytes=kv_bytes,
+        mla_latent_dim=shape.mla_latent_dim, sliding_window=shape.sliding_window,
+        mamba_state_bytes=shape.linear_state_bytes_per_layer, tensor_parallel_size=tp, mamba_cache_mode=mode)
 
 
 def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings | None = None, *,
@@ -199,6 +240,17 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     seqs = max(1, int(s.max_num_seqs or 1))
 
     overhead, notes = _overhead_bytes(shape, s, tp)
+    on_vllm = s.engine == "vllm" and used_gpus[0].compute_capability is not None
+    if on_vllm and s.language_model_only and shape.vision_weight_bytes:
+        weights -= shape.vision_weight_bytes      # the vision tower is not built at all
+        notes.append(f"text only: the vision tower ({shape.vision_weight_bytes / GiB:.2f} GiB) is not loaded")
+    parts = {}
+    if on_vllm:
+        parts = {id(g): _vllm_overhead(shape, s, g, tp) for g in used_gpus}
+        first = parts[id(used_gpus[0])]
+        notes[:] = [x for x in notes if not x.startswith("activation peak")]
+        notes.append(f"vLLM's profile: activation peak ~{first.activation / GiB:.2f} GiB, non-torch "
+                     f"~{first.non_torch / GiB:.2f} GiB, CUDA graphs ~{first.cudagraph / GiB:.2f} GiB per GPU")
     budgets = []
     for g in used_gpus:
         if g.compute_capability is None:        # CPU: the whole RAM minus the OS's share
@@ -206,7 +258,8 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
         elif s.engine == "llamacpp":
             budget = g.total_memory_bytes - g.used_bytes - CUDA_CONTEXT_BYTES
         else:
-            budget = int(g.total_memory_bytes * s.gpu_memory_utilization)
+            budget = (vllm_memory.requested_bytes(g.total_memory_bytes, s.gpu_memory_utilization) if on_vllm
+                      else int(g.total_memory_bytes * s.gpu_memory_utilization))
             free_at_start = g.total_memory_bytes - g.used_bytes - CUDA_CONTEXT_BYTES
             if free_at_start < budget:
                 errors.append(f"{g.name}: only {free_at_start / GiB:.1f} GiB free at start, "
@@ -215,27 +268,48 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
                 suggestions.append(f"--gpu-memory-utilization {util:.2f} (other processes hold "
                                    f"{g.used_bytes / GiB:.1f} GiB on {g.name})")
         w = weights // tp
-        kv_room = budget - w - overhead
-        budgets.append(GpuBudget(g.name, g.total_memory_bytes, budget, w, overhead, kv_room,
-                                 g.total_memory_bytes - budget))
+        part = parts.get(id(g))
+        g_overhead = part.total if part else overhead
+        kv_room = budget - w - g_overhead
+        budgets.append(GpuBudget(g.name, g.total_memory_bytes, budget, w, g_overhead, kv_room,
+                                 g.total_memory_bytes - budget,
+                                 *((part.activation, part.non_torch, part.cudagraph) if part else ())))
+    overhead = max(b.overhead_bytes for b in budgets)
 
     kv_room = min(b.kv_cache_bytes for b in budgets)
-    # the whole engine's cache, in whole-model bytes
-    kv_total = max(0, kv_room) * kv_split
+    ceiling = int(shape.max_position_embeddings or max(max_len, 1 << 20))
+    if on_vllm:
+        # vLLM's own paging, per rank (every rank holds the same number of blocks)
+        layout = _vllm_layout(shape, s, tp, draft_kv)
+        in_flight = _in_flight_tokens(s, used_gpus[0])
+        kv_total = max(0, kv_room)
 
-    def per_seq(tokens: int) -> int:
-        return cost.bytes_for(tokens)
+        def per_seq(tokens: int) -> int:
+            return layout.bytes_for_concurrency(1, tokens, in_flight)
 
-    one_request = per_seq(max_len)
-    max_conc = kv_total // one_request if one_request else 0
-    ratio = kv_total / one_request if one_request else 0.0
-    max_ctx = _largest_context(per_seq, kv_total, seqs,
-                               int(shape.max_position_embeddings or max(max_len, 1 << 20)))
-    growing = cost.bytes_per_token + (cost.sliding_bytes_per_token if not cost.window else 0)
-    if growing:
-        cache_tokens = (kv_total - cost.state_bytes_per_sequence * seqs) // growing
+        _, ratio, cache_tokens = layout.capacity(kv_total, max_len, in_flight)
+        max_conc = int(ratio)
+        one_request = per_seq(max_len)
+        max_ctx = _largest_context(lambda t: per_seq(t), kv_total, seqs, ceiling)
+        if layout.hybrid_block_size:
+            notes.append(f"vLLM pages this hybrid in blocks of {layout.block_size} tokens (one block of an "
+                         f"attention layer holds one layer's recurrent state)")
     else:
-        cache_tokens = 0
+        # the whole engine's cache, in whole-model bytes
+        kv_total = max(0, kv_room) * kv_split
+
+        def per_seq(tokens: int) -> int:
+            return cost.bytes_for(tokens)
+
+        one_request = per_seq(max_len)
+        max_conc = kv_total // one_request if one_request else 0
+        ratio = kv_total / one_request if one_request else 0.0
+        max_ctx = _largest_context(per_seq, kv_total, seqs, ceiling)
+        growing = cost.bytes_per_token + (cost.sliding_bytes_per_token if not cost.window else 0)
+        if growing:
+            cache_tokens = (kv_total - cost.state_bytes_per_sequence * seqs) // growing
+        else:
+            cache_tokens = 0
     if s.engine == "llamacpp" or used_gpus[0].compute_capability is None:
         # llama.cpp allocates exactly the context it is given, not the whole card
         need = per_seq(max_len) * seqs // kv_split

@@ -174,6 +174,8 @@ class ModelShape:
     estimated_params: int = 0
     estimated_weight_bytes: int = 0           # what the engine loads (MTP heads left out)
     exact_weight_bytes: int | None = None     # GGUF: summed tensor sizes from the file
+    vision: dict | None = None                # a multimodal checkpoint's vision_config (its tower is 16 bit)
+    vision_weight_bytes: int = 0              # part of the weights above; not loaded when text-only
     source: str = "config.json"
 
     @property
@@ -280,6 +282,9 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     params_linear, params_other = _count_params(cfg, kinds, config.get("vision_config"))
     shape.estimated_params = params_linear + params_other
     other_bytes = 2 if dtype_bytes(dtype) <= 2 else 4
+    if isinstance(config.get("vision_config"), Mapping):
+        shape.vision = dict(config["vision_config"])
+        shape.vision_weight_bytes = _vision_params(config["vision_config"]) * other_bytes
     lm_head = 0 if shape.tie_word_embeddings else shape.vocab_size * hidden
     if fmt.quantized:
         # the LM head is counted in params_other; requantize it if the checkpoint did
