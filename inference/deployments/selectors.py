@@ -119,19 +119,25 @@ def deployment_log(dep: Deployment, lines=200) -> list[str]:
     return (dep.log_tail or "").splitlines()[-lines:]
 
 
+SNIPPET_PLACEHOLDER = "http://127.0.0.1:PORT/v1"
+
+
 def snippets(dep: Deployment, show_key: bool) -> dict:
     """Copyable curl and openai-python examples for a deployment's endpoint."""
     key = (dep.api_key if show_key else "<API key>") if dep.api_key else ""
     model = dep.served_model_name or "default"
+    # Before the port is chosen the snippets say PORT; the live page swaps in
+    # the endpoint once the engine has one.
+    base = dep.openai_base_url or SNIPPET_PLACEHOLDER
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64})
-    url = f"{dep.openai_base_url or 'http://127.0.0.1:PORT/v1'}/chat/completions"
+    url = f"{base}/chat/completions"
     curl = ["curl", url, "-H", "Content-Type: application/json"]
     if key:
         curl += ["-H", f"Authorization: Bearer {key}"]
     curl += ["-d", body]
     python = (
         "from openai import OpenAI\n\n"
-        f"client = OpenAI(base_url={dep.openai_base_url or 'http://127.0.0.1:PORT/v1'!r}, "
+        f"client = OpenAI(base_url={base!r}, "
         f"api_key={key or 'none'!r})\n"
         f"reply = client.chat.completions.create(\n"
         f"    model={model!r},\n"
@@ -139,4 +145,5 @@ def snippets(dep: Deployment, show_key: bool) -> dict:
         f"    max_tokens=64,\n)\n"
         "print(reply.choices[0].message.content)\n"
     )
-    return {"curl": " ".join(shlex.quote(a) for a in curl), "python": python}
+    return {"curl": " ".join(shlex.quote(a) for a in curl), "python": python,
+            "placeholder": "" if dep.openai_base_url else SNIPPET_PLACEHOLDER}

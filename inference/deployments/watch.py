@@ -91,6 +91,9 @@ def message_for(dep: Deployment, lines=(), note="", log_range=(0, 0)) -> dict:
         "status": dep.status, "status_label": dep.get_status_display(), "colour": dep.colour,
         "phase": dep.phase, "phases": dep.phases, "port": dep.port, "base_url": dep.base_url,
         "pid": dep.pid, "restarts": dep.restarts, "command": dep.command,
+        # The live page fills these in without a reload (ISO 8601, UTC).
+        "started": dep.started.isoformat() if dep.started else None,
+        "ready_at": dep.ready_at.isoformat() if dep.ready_at else None,
         "failure": dep.failure, "hint": dep.hint, "lines": list(lines)[-MAX_LINES_PER_MESSAGE:], "note": note,
     }
 

@@ -7,14 +7,14 @@
   // What the page already shows of the log (byte offsets), so live lines are not shown twice.
   let logOffset = Number(log.dataset.offset);
   const logEnds = JSON.parse(document.getElementById("log-ends").textContent);
-  const count = () => { document.getElementById("log-count").textContent = log.textContent.split("\n").filter(Boolean).length + " lines"; };
+  const count = () => { document.getElementById("log-count").textContent = log.textContent.split("\n").filter(Boolean).length + " " + gettext("lines"); };
   count(); log.scrollTop = log.scrollHeight;
   document.querySelectorAll("button[data-copy]").forEach((b) => b.addEventListener("click", async () => {
     const text = document.getElementById(b.dataset.copy).textContent;
-    try { await navigator.clipboard.writeText(text); b.textContent = "Copied"; }
+    try { await navigator.clipboard.writeText(text); b.textContent = gettext("Copied"); }
     catch (e) { const r = document.createRange(); r.selectNodeContents(document.getElementById(b.dataset.copy));
-                const s = getSelection(); s.removeAllRanges(); s.addRange(r); b.textContent = "Selected: Ctrl-C"; }
-    setTimeout(() => { b.textContent = "Copy"; }, 1500);
+                const s = getSelection(); s.removeAllRanges(); s.addRange(r); b.textContent = gettext("Selected: Ctrl-C"); }
+    setTimeout(() => { b.textContent = gettext("Copy"); }, 1500);
   }));
 
   function appendLog(m) {   // only websocket messages carry log lines
@@ -47,6 +47,22 @@
     if (m.restarts !== undefined) document.getElementById("restarts").textContent = m.restarts;
     if (m.pid !== undefined) document.getElementById("pid").textContent = m.pid || "—";
     if (m.command) document.getElementById("command").textContent = m.command;
+    if (m.started) document.getElementById("started").textContent = when(m.started);
+    if (m.ready_at) document.getElementById("ready-at").textContent = when(m.ready_at);
+    if (m.base_url) fillSnippets(m.base_url + "/v1");
+  }
+
+  // "2026-12-03T10:39:16.5+00:00" -> "2026-12-03 10:39:16", as the server renders it (UTC).
+  const when = (iso) => iso.slice(0, 19).replace("T", " ");
+
+  // Rendered before the engine had a port, the snippets say PORT: swap in the endpoint.
+  function fillSnippets(endpoint) {
+    document.querySelectorAll("pre.snippet[data-placeholder]").forEach((pre) => {
+      const placeholder = pre.dataset.placeholder;
+      if (!placeholder) return;
+      pre.textContent = pre.textContent.split(placeholder).join(endpoint);
+      pre.dataset.placeholder = "";
+    });
   }
 
   // Status changes made by the launch/stop tasks (not the monitor) show up on the short poll.
