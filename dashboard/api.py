@@ -31,6 +31,7 @@ from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Val
 from ninja.parser import Parser
 from ninja.security import SessionAuth
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
+from django.utils.translation import gettext as _
 
 from dashboard.roles import OPERATOR_ONLY, is_operator
 
@@ -144,11 +145,11 @@ def signed_in_docs(view):
     def checked(request, *args, **kwargs):
         if request.user.is_authenticated:
             if request.method not in ("GET", "HEAD"):  # both are read by GET; a POST changes nothing
-                return json_error("method_not_allowed", f"{request.method} is not allowed here; use GET.", 405)
+                return json_error("method_not_allowed", _("%(method)s is not allowed here; use GET.") % {"method": request.method}, 405)
             return view(request, *args, **kwargs)
         if request.resolver_match.url_name == "openapi-view":
             return redirect_to_login(request.get_full_path())
-        return json_error("not_authenticated", "Sign in first: this endpoint needs a Kiln session.", 401)
+        return json_error("not_authenticated", _("Sign in first: this endpoint needs a Kiln session."), 401)
 
     return login_not_required(checked)
 
@@ -222,7 +223,7 @@ def _invalid(request, exc):
     fields: dict[str, str] = {}
     for error in exc.errors:
         fields.setdefault(_field(error.get("loc", ())), error.get("msg", "is not valid"))
-    message = "; ".join(f"{name}: {msg}" for name, msg in fields.items()) or "The request is not valid."
+    message = "; ".join(f"{name}: {msg}" for name, msg in fields.items()) or _("The request is not valid.")
     return json_error("invalid", message, 400, fields=fields)
 
 
@@ -233,7 +234,7 @@ def _refused(request, exc):
 
 @api.exception_handler(AuthenticationError)
 def _not_signed_in(request, exc):
-    return json_error("not_authenticated", "Sign in first: this endpoint needs a Kiln session.", 401)
+    return json_error("not_authenticated", _("Sign in first: this endpoint needs a Kiln session."), 401)
 
 
 @api.exception_handler(AuthorizationError)
@@ -243,7 +244,7 @@ def _forbidden(request, exc):
 
 @api.exception_handler(Http404)
 def _not_found(request, exc):
-    return json_error("not_found", str(exc) or f"Nothing lives at {request.path}.", 404)
+    return json_error("not_found", str(exc) or _("Nothing lives at %(path)s.") % {"path": request.path}, 404)
 
 
 # A route whose unreadable body had another error code before it moved onto `api`
@@ -255,19 +256,19 @@ BAD_BODY_CODES: dict[str, str] = {}
 def _http_error(request, exc):
     if exc.status_code == 400 and str(exc).startswith("Cannot parse request body"):
         code = BAD_BODY_CODES.get(getattr(request.resolver_match, "url_name", None), "bad_json")
-        return json_error(code, "The body is not a JSON object: send Content-Type: application/json "
-                          "and a JSON object.", 400)
+        return json_error(code, _("The body is not a JSON object: send Content-Type: application/json "
+                                  "and a JSON object."), 400)
     if exc.status_code == 403:  # ninja's session check: the CSRF token is missing or wrong
-        return json_error("csrf_failed", "The CSRF check failed: send the csrftoken cookie's value in an "
-                          "X-CSRFToken header (the pages do this), or reload the page and try again.", 403)
+        return json_error("csrf_failed", _("The CSRF check failed: send the csrftoken cookie’s value in an "
+                                           "X-CSRFToken header (the pages do this), or reload the page and try again."), 403)
     return json_error("bad_request", str(exc), exc.status_code)
 
 
 @api.exception_handler(RequestDataTooBig)
 def _too_large(request, exc):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return json_error("too_large", f"The request body is larger than {limit} bytes; send a large file "
-                      "as a multipart upload.", 413)
+    return json_error("too_large", _("The request body is larger than %(limit)s bytes; send a large file "
+                                     "as a multipart upload.") % {"limit": limit}, 413)
 
 
 def router(tag: str) -> Router:

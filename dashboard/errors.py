@@ -1,6 +1,7 @@
 """Error pages that say what happened in plain words (JSON for the API)."""
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 
 from dashboard.roles import wants_json
 
@@ -12,12 +13,12 @@ def _error(request, status, code, message):
 
 
 def forbidden(request, exception=None):
-    return _error(request, 403, "forbidden", "You may not do that here.")
+    return _error(request, 403, "forbidden", _("You may not do that here."))
 
 
 def not_found(request, exception=None):
-    return _error(request, 404, "not_found", f"Nothing lives at {request.path}.")
+    return _error(request, 404, "not_found", _("Nothing lives at %(path)s.") % {"path": request.path})
 
 
 def server_error(request):
-    return _error(request, 500, "server_error", "Kiln hit an internal error; the details are in the web process's log.")
+    return _error(request, 500, "server_error", _("Kiln hit an internal error; the details are in the web process’s log."))

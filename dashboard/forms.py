@@ -10,15 +10,16 @@ from dashboard.roles import ROLES
 class AccountCreateForm(forms.Form):
     username = forms.RegexField(
         regex=r"^[A-Za-z0-9_.@+-]{1,150}$",
-        error_messages={"invalid": "Use letters, digits and . @ + - _ only (at most 150)."},
+        label=_("Username"),
+        error_messages={"invalid": _("Use letters, digits and . @ + - _ only (at most 150).")},
     )
-    email = forms.EmailField(required=False)
-    role = forms.ChoiceField(choices=ROLES, initial="viewer")
+    email = forms.EmailField(required=False, label=_("Email (optional)"))
+    role = forms.ChoiceField(choices=ROLES, initial="viewer", label=_("Role"))
 
     def clean_username(self):
         username = self.cleaned_data["username"]
         if get_user_model().objects.filter(username__iexact=username).exists():
-            raise forms.ValidationError(f"A user named {username!r} already exists.")
+            raise forms.ValidationError(_("A user named “%(name)s” already exists.") % {"name": username})
         return username
 
 

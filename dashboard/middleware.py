@@ -2,6 +2,7 @@ from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.http import JsonResponse
 from django.utils import translation
+from django.utils.translation import gettext as _
 
 from dashboard import audit
 from dashboard.roles import wants_json
@@ -14,7 +15,7 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
     def handle_no_permission(self, request, view_func):
         if wants_json(request):
             return JsonResponse(
-                {"error": {"code": "not_authenticated", "message": "Sign in first: this endpoint needs a Kiln session."}},
+                {"error": {"code": "not_authenticated", "message": _("Sign in first: this endpoint needs a Kiln session.")}},
                 status=401,
             )
         return super().handle_no_permission(request, view_func)
@@ -82,7 +83,7 @@ class OneTimePasswordMiddleware:
             return None
         if wants_json(request):
             return JsonResponse(
-                {"error": {"code": "password_change_required", "message": "Change your one-time password in the browser first."}},
+                {"error": {"code": "password_change_required", "message": _("Change your one-time password in the browser first.")}},
                 status=403,
             )
         from django.shortcuts import redirect
@@ -105,7 +106,8 @@ class JsonMethodNotAllowedMiddleware:
             return response
         allowed = response.get("Allow", "")
         answer = JsonResponse({"error": {"code": "method_not_allowed",
-                                         "message": f"{request.method} is not allowed here; use {allowed}."}},
+                                         "message": _("%(method)s is not allowed here; use %(allowed)s.") % {
+                                             "method": request.method, "allowed": allowed}}},
                               status=405)
         answer["Allow"] = allowed
         return answer

@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Account(models.Model):
@@ -24,15 +25,15 @@ class Job(models.Model):
     """
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
+        PENDING = "pending", _("Pending")
+        RUNNING = "running", _("Running")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
 
     STATUS_COLOURS = {"pending": "grey", "running": "blue", "succeeded": "green", "failed": "red"}
 
     class Kind(models.TextChoices):
-        WORKER_CHECK = "worker-check", "Worker check"
+        WORKER_CHECK = "worker-check", _("Worker check")
 
     kind = models.CharField(max_length=40, choices=Kind.choices)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
@@ -78,9 +79,9 @@ class AuditEntry(models.Model):
     """
 
     class Result(models.TextChoices):
-        OK = "ok", "ok"
-        REFUSED = "refused", "refused"
-        FAILED = "failed", "failed"
+        OK = "ok", _("ok")
+        REFUSED = "refused", _("refused")
+        FAILED = "failed", _("failed")
 
     RESULT_COLOURS = {"ok": "green", "refused": "grey", "failed": "red"}
 

@@ -9,10 +9,11 @@ from functools import wraps
 from django.contrib.auth.models import Group
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.utils.translation import gettext_lazy as _
 
 OPERATOR_GROUP = "operator"
-OPERATOR_ONLY = "This needs the operator role; you are signed in as a viewer. Ask an operator to change your role."
-ROLES = (("operator", "Operator — may change things"), ("viewer", "Viewer — read-only"))
+OPERATOR_ONLY = _("This needs the operator role; you are signed in as a viewer. Ask an operator to change your role.")
+ROLES = (("operator", _("Operator — may change things")), ("viewer", _("Viewer — read-only")))
 
 
 def is_operator(user):

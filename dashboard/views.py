@@ -76,7 +76,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     def form_valid(self, form):
         response = super().form_valid(form)
         services.account_password_changed(user=self.request.user)
-        messages.success(self.request, "Password changed.")
+        messages.success(self.request, _("Password changed."))
         return response
 
     def get_success_url(self):
@@ -113,12 +113,13 @@ def user_role(request, user_id):
     user = get_object_or_404(get_user_model(), pk=user_id)
     form = RoleForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Pick a role: operator or viewer.")
+        messages.error(request, _("Pick a role: operator or viewer."))
     elif user == request.user and form.cleaned_data["role"] != "operator":
-        messages.error(request, "You cannot take the operator role from yourself; ask another operator.")
+        messages.error(request, _("You cannot take the operator role from yourself; ask another operator."))
     else:
         set_role(user, form.cleaned_data["role"])
-        messages.success(request, f"{user.username} is now a {form.cleaned_data['role']}.")
+        messages.success(request, (_("%(user)s is now an operator.") if form.cleaned_data["role"] == "operator"
+                                  else _("%(user)s is now a viewer.")) % {"user": user.username})
     return redirect("users")
 
 

@@ -3,6 +3,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from django.utils.text import slugify
 from django.utils import timezone
 
@@ -21,20 +22,20 @@ class ModelArtifact(models.Model):
     class Source(models.TextChoices):
         HUGGINGFACE = "hf", "Hugging Face"
         MODELSCOPE = "modelscope", "ModelScope"
-        LOCAL = "local", "Local folder or file"
+        LOCAL = "local", _("Local folder or file")
 
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        DOWNLOADING = "downloading", "Downloading"
-        VERIFYING = "verifying", "Verifying"
-        READY = "ready", "Ready"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+        QUEUED = "queued", _("Queued")
+        DOWNLOADING = "downloading", _("Downloading")
+        VERIFYING = "verifying", _("Verifying")
+        READY = "ready", _("Ready")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
 
     class Job(models.TextChoices):
-        DOWNLOAD = "download", "Download"
-        VERIFY = "verify", "Re-verify"
-        IMPORT = "import", "Import"
+        DOWNLOAD = "download", _("Download")
+        VERIFY = "verify", _("Re-verify")
+        IMPORT = "import", _("Import")
 
     ACTIVE = ("queued", "downloading", "verifying")
 
@@ -211,14 +212,14 @@ class EngineRuntime(models.Model):
         LLAMACPP = "llamacpp", "llama.cpp"
 
     class Kind(models.TextChoices):
-        EXECUTABLE = "executable", "Executable"
-        VENV = "venv", "Virtualenv"
-        DOCKER = "docker", "Docker image"
+        EXECUTABLE = "executable", _("Executable")
+        VENV = "venv", _("Virtualenv")
+        DOCKER = "docker", _("Docker image")
 
     class DetectStatus(models.TextChoices):
-        PENDING = "pending", "Detecting"
-        OK = "ok", "Detected"
-        FAILED = "failed", "Not detected"
+        PENDING = "pending", _("Detecting")
+        OK = "ok", _("Detected")
+        FAILED = "failed", _("Not detected")
 
     DETECT_COLOURS = {"pending": "blue", "ok": "green", "failed": "red"}
 
@@ -239,12 +240,12 @@ class EngineRuntime(models.Model):
     # A managed runtime: Kiln installed it from the engine catalog into
     # DATA_DIR/engines/<name> (inference/deployments/runtimes.py); the row is the install job.
     class InstallStatus(models.TextChoices):
-        NONE = "", "Registered"
-        QUEUED = "queued", "Queued"
-        INSTALLING = "installing", "Installing"
-        INSTALLED = "installed", "Installed"
-        FAILED = "failed", "Install failed"
-        UNINSTALLING = "uninstalling", "Uninstalling"
+        NONE = "", _("Registered")
+        QUEUED = "queued", _("Queued")
+        INSTALLING = "installing", _("Installing")
+        INSTALLED = "installed", _("Installed")
+        FAILED = "failed", _("Install failed")
+        UNINSTALLING = "uninstalling", _("Uninstalling")
 
     INSTALL_COLOURS = {"": "grey", "queued": "grey", "installing": "blue", "installed": "green", "failed": "red",
                        "uninstalling": "amber"}
@@ -364,13 +365,13 @@ class Deployment(models.Model):
     the pages read it."""
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        STARTING = "starting", "Starting"
-        READY = "ready", "Ready"
-        RESTARTING = "restarting", "Restarting"
-        STOPPING = "stopping", "Stopping"
-        STOPPED = "stopped", "Stopped"
-        FAILED = "failed", "Failed"
+        PENDING = "pending", _("Pending")
+        STARTING = "starting", _("Starting")
+        READY = "ready", _("Ready")
+        RESTARTING = "restarting", _("Restarting")
+        STOPPING = "stopping", _("Stopping")
+        STOPPED = "stopped", _("Stopped")
+        FAILED = "failed", _("Failed")
 
     STATUS_COLOURS = {"pending": "grey", "starting": "blue", "ready": "green", "restarting": "amber",
                       "stopping": "amber", "stopped": "grey", "failed": "red"}
@@ -469,11 +470,11 @@ class BenchmarkRun(models.Model):
     engine version, model hashes, GPU, /metrics deltas)."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
 
     class Source(models.TextChoices):
         KILN = "kiln", "Kiln"
@@ -619,8 +620,8 @@ class BatchFile(models.Model):
     as lines complete; `bytes` is what has been committed)."""
 
     class Purpose(models.TextChoices):
-        BATCH = "batch", "batch input"
-        OUTPUT = "batch_output", "batch output"
+        BATCH = "batch", _("batch input")
+        OUTPUT = "batch_output", _("batch output")
 
     id = models.CharField(primary_key=True, max_length=40, default=new_file_id, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
@@ -648,15 +649,15 @@ class Batch(models.Model):
     record (Celery carries only the id); lines are BatchLine rows."""
 
     class Status(models.TextChoices):
-        VALIDATING = "validating", "validating"
-        IN_PROGRESS = "in_progress", "in progress"
-        PAUSED = "paused", "paused"
-        FINALIZING = "finalizing", "finalizing"
-        COMPLETED = "completed", "completed"
-        FAILED = "failed", "failed"
-        EXPIRED = "expired", "expired"
-        CANCELLING = "cancelling", "cancelling"
-        CANCELLED = "cancelled", "cancelled"
+        VALIDATING = "validating", _("validating")
+        IN_PROGRESS = "in_progress", _("in progress")
+        PAUSED = "paused", _("paused")
+        FINALIZING = "finalizing", _("finalizing")
+        COMPLETED = "completed", _("completed")
+        FAILED = "failed", _("failed")
+        EXPIRED = "expired", _("expired")
+        CANCELLING = "cancelling", _("cancelling")
+        CANCELLED = "cancelled", _("cancelled")
 
     FINISHED = ("completed", "failed", "expired", "cancelled")
     RUNNING = ("validating", "in_progress", "paused", "finalizing", "cancelling")
@@ -740,11 +741,11 @@ class BatchLine(models.Model):
     done/failed only in the transaction that commits its output bytes."""
 
     class Status(models.TextChoices):
-        PENDING = "pending", "pending"
-        SENDING = "sending", "sending"
-        DONE = "done", "done"
-        FAILED = "failed", "failed"
-        CANCELLED = "cancelled", "cancelled"
+        PENDING = "pending", _("pending")
+        SENDING = "sending", _("sending")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
 
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines")
     line = models.PositiveIntegerField()  # 1-based line number in the input file
@@ -772,15 +773,15 @@ class Experiment(models.Model):
     beats a heartbeat; a restarted worker resumes at the first step not done."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
 
     class Order(models.TextChoices):
-        INTERLEAVED = "interleaved", "Interleaved (A B A B, all configurations up at once)"
-        BLOCKS = "blocks", "Blocks (A A A, then B B B; one configuration up at a time)"
+        INTERLEAVED = "interleaved", _("Interleaved (A B A B, all configurations up at once)")
+        BLOCKS = "blocks", _("Blocks (A A A, then B B B; one configuration up at a time)")
 
     STATUS_COLOURS = BenchmarkRun.STATUS_COLOURS
     FINISHED = ("succeeded", "failed", "cancelled")
@@ -843,17 +844,17 @@ class ExperimentStep(models.Model):
     one sweep point: a BenchmarkRun), or stop it."""
 
     class Kind(models.TextChoices):
-        LAUNCH = "launch", "Launch"
-        MEASURE = "measure", "Measure"
-        STOP = "stop", "Stop"
+        LAUNCH = "launch", _("Launch")
+        MEASURE = "measure", _("Measure")
+        STOP = "stop", _("Stop")
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
-        SKIPPED = "skipped", "Skipped"
-        CANCELLED = "cancelled", "Cancelled"
+        PENDING = "pending", _("Pending")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+        FAILED = "failed", _("Failed")
+        SKIPPED = "skipped", _("Skipped")
+        CANCELLED = "cancelled", _("Cancelled")
 
     STATUS_COLOURS = {"pending": "grey", "running": "blue", "done": "green", "failed": "red", "skipped": "grey",
                       "cancelled": "amber"}
