@@ -12,37 +12,38 @@ window.KilnBench = (function () {
       name: s.name, mode: "lines+markers", type: "scatter",
       x: s.concurrency.map((c, i) => (c == null ? i + 1 : c)), y: s.output_throughput,
     }));
-    Plotly.newPlot("chart-throughput", traces, layout("concurrency", "output tokens/s"), config);
+    Plotly.newPlot("chart-throughput", traces, layout(gettext("concurrency"), gettext("output tokens/s")), config);
   }
 
   function ttft(series) {
     const traces = [];
     series.forEach((s) => {
       if (s.request_points.length) traces.push({
-        name: `${s.name} (requests)`, mode: "markers", type: "scatter", opacity: 0.5, marker: { size: 6 },
+        name: interpolate(gettext("%(name)s (requests)"), { name: s.name }, true), mode: "markers", type: "scatter", opacity: 0.5, marker: { size: 6 },
         x: s.request_points.map((p) => p[0]), y: s.request_points.map((p) => p[1]),
       });
-      traces.push({ name: `${s.name} (mean)`, mode: "markers", type: "scatter", marker: { size: 12, symbol: "diamond" },
+      traces.push({ name: interpolate(gettext("%(name)s (mean)"), { name: s.name }, true), mode: "markers", type: "scatter", marker: { size: 12, symbol: "diamond" },
         x: s.prompt_len, y: s.mean_ttft_ms });
     });
-    Plotly.newPlot("chart-ttft", traces, layout("prompt tokens", "TTFT ms"), config);
+    Plotly.newPlot("chart-ttft", traces, layout(gettext("prompt tokens"), gettext("TTFT ms")), config);
   }
 
   function percentiles(series) {
     const labels = [], keys = [];
     ["ttft", "tpot", "itl", "e2el"].forEach((m) => ["p50", "p90", "p99"].forEach((p) => { labels.push(`${m.toUpperCase()} ${p}`); keys.push([m, p]); }));
     const traces = series.map((s) => ({ name: s.name, type: "bar", x: labels, y: keys.map(([m, p]) => s.percentiles[m][p]) }));
-    Plotly.newPlot("chart-percentiles", traces, layout("", "ms (log)", { barmode: "group", yaxis: { type: "log", title: { text: "ms (log)" } } }), config);
+    const logMs = gettext("ms (log)");
+    Plotly.newPlot("chart-percentiles", traces, layout("", logMs, { barmode: "group", yaxis: { type: "log", title: { text: logMs } } }), config);
   }
 
   function roofline(series, rooflines) {
     const names = series.map((s) => s.name);
     const traces = [
-      { name: "measured decode tok/s at batch 1", type: "bar", x: names, y: rooflines.map((r) => r.measured) },
-      { name: "memory-bandwidth limit (weight bytes ÷ bandwidth)", type: "scatter", mode: "lines+markers",
+      { name: gettext("measured decode tok/s at batch 1"), type: "bar", x: names, y: rooflines.map((r) => r.measured) },
+      { name: gettext("memory-bandwidth limit (weight bytes ÷ bandwidth)"), type: "scatter", mode: "lines+markers",
         line: { dash: "dash", color: "#b91c1c" }, x: names, y: rooflines.map((r) => r.limit) },
     ];
-    Plotly.newPlot("chart-roofline", traces, layout("", "tokens/s"), config);
+    Plotly.newPlot("chart-roofline", traces, layout("", gettext("tokens/s")), config);
   }
 
   function draw(data, rooflines) {

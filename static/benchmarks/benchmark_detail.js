@@ -9,7 +9,7 @@
   if (cancel) cancel.addEventListener("click", async () => {
     cancel.disabled = true;
     const res = await Kiln.postJSON(`/api/benchmarks/${runId}/cancel`);
-    cancel.textContent = res.status === 202 ? "Cancelling…" : ((res.body.error && res.body.error.message) || "Not cancelled");
+    cancel.textContent = res.status === 202 ? gettext("Cancelling…") : ((res.body.error && res.body.error.message) || gettext("Not cancelled"));
   });
   const bar = document.getElementById("bar");
   if (!bar) return;   // finished when the page was rendered

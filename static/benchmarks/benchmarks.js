@@ -6,7 +6,8 @@
   function describe() {
     if (!select) return;
     const s = scenarios.find((x) => x.name === select.value);
-    document.getElementById("scenario-description").textContent = s ? `${s.description} (${s.num_prompts} prompts of ${s.prompt_tokens} tokens, ${s.output_tokens} out${s.sweep.length ? ", concurrency " + s.sweep.join("/") : ", concurrency " + s.concurrency})` : "";
+    document.getElementById("scenario-description").textContent = s ? `${s.description} (` + interpolate(gettext("%(prompts)s prompts of %(prompt_tokens)s tokens, %(output_tokens)s out, concurrency %(concurrency)s"),
+      { prompts: s.num_prompts, prompt_tokens: s.prompt_tokens, output_tokens: s.output_tokens, concurrency: s.sweep.length ? s.sweep.join("/") : s.concurrency }, true) + ")" : "";
   }
   if (select) { select.addEventListener("change", describe); describe(); }
 
@@ -18,7 +19,7 @@
     document.getElementById("start-error").textContent = "";
     const res = await Kiln.postJSON("/api/benchmarks/", body);
     if (res.status !== 202) {
-      document.getElementById("start-error").textContent = (res.body.error && res.body.error.message) || `Not started (HTTP ${res.status}).`;
+      document.getElementById("start-error").textContent = (res.body.error && res.body.error.message) || interpolate(gettext("Not started (HTTP %(status)s)."), { status: res.status }, true);
       return;
     }
     location.reload();
@@ -27,8 +28,8 @@
   document.querySelectorAll("button.cancel").forEach((b) => b.addEventListener("click", async () => {
     b.disabled = true;
     const res = await Kiln.postJSON(`/api/benchmarks/${b.dataset.run}/cancel`);
-    if (res.status !== 202) { alert((res.body.error && res.body.error.message) || "Not cancelled."); b.disabled = false; }
-    else b.textContent = "Cancelling…";
+    if (res.status !== 202) { alert((res.body.error && res.body.error.message) || gettext("Not cancelled.")); b.disabled = false; }
+    else b.textContent = gettext("Cancelling…");
   }));
 
   const picks = () => [...document.querySelectorAll("input.pick:checked")].map((c) => c.value);
@@ -38,6 +39,8 @@
 
   // Live progress: the worker publishes each run's row; a slow poll covers a dropped socket.
   const finished = ["succeeded", "failed", "cancelled"];
+  const STATUS = { queued: gettext("Queued"), running: gettext("Running"), succeeded: gettext("Succeeded"),
+                   failed: gettext("Failed"), cancelled: gettext("Cancelled") };
   document.querySelectorAll("tr[data-run]").forEach((row) => {
     const bar = row.querySelector(".progress > div");
     if (!bar) return;   // finished when the page was rendered
@@ -49,10 +52,10 @@
       isFinal: (status) => finished.includes(status), reloadDelay: 300,
       onUpdate: (run) => {
         badge.className = `badge ${run.colour}`;
-        badge.textContent = run.status.charAt(0).toUpperCase() + run.status.slice(1);
+        badge.textContent = STATUS[run.status] || run.status;
         const p = run.progress || {};
         bar.style.width = `${p.percent || 0}%`;
-        if (text) text.textContent = p.total ? `${p.phase} ${p.completed + p.failed}/${p.total}` + (p.steps > 1 ? ` · step ${p.step + 1}/${p.steps} (c=${p.concurrency})` : "") : (p.phase || "");
+        if (text) text.textContent = p.total ? `${p.phase} ${p.completed + p.failed}/${p.total}` + (p.steps > 1 ? " · " + interpolate(gettext("step %(step)s/%(steps)s (c=%(concurrency)s)"), { step: p.step + 1, steps: p.steps, concurrency: p.concurrency }, true) : "") : (p.phase || "");
       },
     });
   });

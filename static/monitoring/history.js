@@ -7,11 +7,11 @@
   JSON.parse(document.getElementById("gpu-series").textContent).forEach((g) => {
     const memPct = g.memory_used_bytes.map((v) => v === null || !g.memory_total_bytes ? null : 100 * v / g.memory_total_bytes);
     Plotly.newPlot(`hist-gpu-${g.id}`, [
-      { x: g.time, y: g.gpu_util_pct, name: "GPU util %", mode: "lines" },
-      { x: g.time, y: memPct, name: "memory used %", mode: "lines" },
-      { x: g.time, y: g.temperature_c, name: "temperature °C", mode: "lines" },
-      { x: g.time, y: g.power_w, name: "power W", mode: "lines", yaxis: "y2" },
-      { x: g.time, y: g.power_max_w, name: "power peak W", mode: "lines", yaxis: "y2", line: { dash: "dot" } },
+      { x: g.time, y: g.gpu_util_pct, name: gettext("GPU util %"), mode: "lines" },
+      { x: g.time, y: memPct, name: gettext("memory used %"), mode: "lines" },
+      { x: g.time, y: g.temperature_c, name: gettext("temperature °C"), mode: "lines" },
+      { x: g.time, y: g.power_w, name: gettext("power W"), mode: "lines", yaxis: "y2" },
+      { x: g.time, y: g.power_max_w, name: gettext("power peak W"), mode: "lines", yaxis: "y2", line: { dash: "dot" } },
     ], base({ yaxis: { range: [0, 105], title: { text: "%, °C" } },
               yaxis2: { overlaying: "y", side: "right", rangemode: "tozero", title: { text: "W" }, showgrid: false } }), config);
   });

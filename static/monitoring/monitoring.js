@@ -11,7 +11,11 @@
   const resizer = new ResizeObserver((entries) => entries.forEach((e) => { if (e.target.data) Plotly.Plots.resize(e.target); }));
 
   const na = (v) => v === null || v === undefined || Number.isNaN(v);
-  const num = (v, digits = 0, unit = "") => na(v) ? "n/a" : `${Number(v).toFixed(digits)}${unit}`;
+  const NA = gettext("n/a");
+  // Numbers in the page's language (grouping and decimal sign), a fixed number of digits.
+  const fmt = (v, digits) => Number(v).toLocaleString(document.documentElement.lang, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  const num = (v, digits = 0, unit = "") => na(v) ? NA : `${fmt(v, digits)}${unit}`;
+  const fill = (format, values) => interpolate(format, values, true);
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   const safeId = (s) => String(s).replace(/[^a-zA-Z0-9_-]/g, "_");
 
@@ -39,19 +43,19 @@
     el.className = "card gpu-card";
     el.id = id;
     el.dataset.key = key;
-    el.innerHTML = `<h2>GPU ${gpu.index} · ${esc(gpu.name || "unknown GPU")} <span class="muted">${esc(host)} · ${esc(gpu.uuid || "")}</span></h2>
+    el.innerHTML = `<h2>GPU ${gpu.index} · ${esc(gpu.name || gettext("unknown GPU"))} <span class="muted">${esc(host)} · ${esc(gpu.uuid || "")}</span></h2>
       <div class="badges"></div><dl class="facts"></dl><div class="procs"></div>
       <div class="chart" id="${id}-load"></div><div class="chart" id="${id}-power"></div>`;
     document.getElementById("gpus").appendChild(el);
     const load = document.getElementById(`${id}-load`), power = document.getElementById(`${id}-power`);
     Plotly.newPlot(load, [
-      { x: [], y: [], name: "GPU util %", mode: "lines", line: { color: "#c2410c" } },
-      { x: [], y: [], name: "memory used %", mode: "lines", line: { color: "#1d4ed8" } },
-      { x: [], y: [], name: "temperature °C", mode: "lines", line: { color: "#b91c1c", dash: "dot" } },
+      { x: [], y: [], name: gettext("GPU util %"), mode: "lines", line: { color: "#c2410c" } },
+      { x: [], y: [], name: gettext("memory used %"), mode: "lines", line: { color: "#1d4ed8" } },
+      { x: [], y: [], name: gettext("temperature °C"), mode: "lines", line: { color: "#b91c1c", dash: "dot" } },
     ], layout({ yaxis: { range: [0, 105], tickfont: { size: 10 } } }), CHART_CONFIG);
     Plotly.newPlot(power, [
-      { x: [], y: [], name: "power W", mode: "lines", line: { color: "#15803d" } },
-      { x: [], y: [], name: "tokens/s (deployments on this GPU)", mode: "lines", yaxis: "y2", line: { color: "#7c3aed" } },
+      { x: [], y: [], name: gettext("power W"), mode: "lines", line: { color: "#15803d" } },
+      { x: [], y: [], name: gettext("tokens/s (deployments on this GPU)"), mode: "lines", yaxis: "y2", line: { color: "#7c3aed" } },
     ], layout({ yaxis: { rangemode: "tozero", tickfont: { size: 10 } },
                 yaxis2: { overlaying: "y", side: "right", rangemode: "tozero", tickfont: { size: 10 }, showgrid: false } }),
     CHART_CONFIG);
@@ -63,45 +67,56 @@
 
   function badges(g, key) {
     const out = [];
-    if (g.slowed_down) out.push(["amber", `Throttled: ${(g.clocks_event_reasons || []).filter((r) => r !== "idle").join(", ")}`]);
-    if (g.pcie_downgraded) out.push(["red", `PCIe downgraded: Gen${num(g.pcie_gen)} x${num(g.pcie_width)} of Gen${num(g.pcie_gen_max)} x${num(g.pcie_width_max)}`]);
+    if (g.slowed_down) out.push(["amber", fill(gettext("Throttled: %(reasons)s"), { reasons: (g.clocks_event_reasons || []).filter((r) => r !== "idle").join(", ") })]);
+    if (g.pcie_downgraded) out.push(["red", fill(gettext("PCIe downgraded: %(now)s of %(max)s"), {
+      now: `Gen${num(g.pcie_gen)} x${num(g.pcie_width)}`, max: `Gen${num(g.pcie_gen_max)} x${num(g.pcie_width_max)}` })]);
     const eccBad = (g.ecc_uncorrected_volatile > 0) || (g.retired_pages_dbe > 0) || g.retired_pages_pending ||
       g.remapped_rows_pending || g.remapped_rows_failure || (g.remapped_rows_uncorrectable > 0);
-    if (eccBad) out.push(["red", `ECC: ${num(g.ecc_uncorrected_volatile)} uncorrected` +
-      (g.retired_pages_pending || g.remapped_rows_pending ? ", retirement pending (reset the GPU)" : "") +
-      (g.remapped_rows_failure ? ", row remapping FAILED" : "")]);
-    else if (g.ecc_corrected_volatile > 0) out.push(["amber", `ECC: ${g.ecc_corrected_volatile} corrected`]);
+    if (eccBad) out.push(["red", fill(gettext("ECC: %(count)s uncorrected"), { count: num(g.ecc_uncorrected_volatile) }) +
+      (g.retired_pages_pending || g.remapped_rows_pending ? gettext(", retirement pending (reset the GPU)") : "") +
+      (g.remapped_rows_failure ? gettext(", row remapping FAILED") : "")]);
+    else if (g.ecc_corrected_volatile > 0) out.push(["amber", fill(gettext("ECC: %(count)s corrected"), { count: num(g.ecc_corrected_volatile) })]);
     (xidSeen[key] || []).slice(-3).forEach((d) => out.push(["red", d]));
-    if (!out.length) out.push(["green", "healthy"]);
+    if (!out.length) out.push(["green", gettext("healthy")]);
     return out.map(([c, t]) => `<span class="badge ${c}" title="${esc(t)}">${esc(t)}</span>`).join("");
   }
 
+  // The facts' labels in the page's language; the English key stays in data-field.
+  const LABELS = {
+    "Utilization": gettext("Utilization"), "Memory": gettext("Memory"), "Temperature": gettext("Temperature"),
+    "Power": gettext("Power"), "Energy": gettext("Energy"), "P-state": gettext("P-state"), "SM clock": gettext("SM clock"),
+    "Mem clock": gettext("Mem clock"), "Fan": gettext("Fan"), "PCIe link": gettext("PCIe link"),
+    "PCIe TX/RX": gettext("PCIe TX/RX"), "Clocks events": gettext("Clocks events"), "ECC (volatile)": gettext("ECC (volatile)"),
+    "Retired pages": gettext("Retired pages"), "Remapped rows": gettext("Remapped rows"),
+  };
+
   function facts(g) {
     const memPct = na(g.memory_used_bytes) || !g.memory_total_bytes ? null : 100 * g.memory_used_bytes / g.memory_total_bytes;
+    // [key (data-field, stable for tests and scripts), label shown, value]
     const rows = [
-      ["Utilization", `${num(g.gpu_util_pct, 0, " %")} · mem bus ${num(g.mem_util_pct, 0, " %")}`],
+      ["Utilization", `${num(g.gpu_util_pct, 0, " %")} · ${gettext("mem bus")} ${num(g.mem_util_pct, 0, " %")}`],
       ["Memory", `${num(g.memory_used_bytes / GiB, 1)} / ${num(g.memory_total_bytes / GiB, 1)} GiB (${num(memPct, 0, " %")})`],
       ["Temperature", num(g.temperature_c, 0, " °C")],
       ["Power", `${num(g.power_w, 0)} / ${num(g.power_limit_w, 0)} W`],
-      ["Energy", na(g.energy_j) ? "n/a" : g.energy_j >= 3.6e6 ? `${(g.energy_j / 3.6e6).toFixed(2)} kWh` : `${(g.energy_j / 3600).toFixed(1)} Wh`],
-      ["P-state", na(g.performance_state) ? "n/a" : `P${g.performance_state}`],
+      ["Energy", na(g.energy_j) ? NA : g.energy_j >= 3.6e6 ? `${(g.energy_j / 3.6e6).toFixed(2)} kWh` : `${(g.energy_j / 3600).toFixed(1)} Wh`],
+      ["P-state", na(g.performance_state) ? NA : `P${g.performance_state}`],
       ["SM clock", `${num(g.sm_clock_mhz)} / ${num(g.sm_clock_max_mhz)} MHz`],
       ["Mem clock", `${num(g.mem_clock_mhz)} / ${num(g.mem_clock_max_mhz)} MHz`],
       ["Fan", num(g.fan_pct, 0, " %")],
       ["PCIe link", `Gen${num(g.pcie_gen)} x${num(g.pcie_width)} / Gen${num(g.pcie_gen_max)} x${num(g.pcie_width_max)}`],
       ["PCIe TX/RX", `${num(g.pcie_tx_bytes_per_s / 1e6, 1)} / ${num(g.pcie_rx_bytes_per_s / 1e6, 1)} MB/s`],
-      ["Clocks events", na(g.clocks_event_reasons) ? "n/a" : (g.clocks_event_reasons.join(", ") || "none")],
-      ["ECC (volatile)", `${num(g.ecc_corrected_volatile)} corr. / ${num(g.ecc_uncorrected_volatile)} uncorr.`],
-      ["Retired pages", `${num(g.retired_pages_sbe)} SBE / ${num(g.retired_pages_dbe)} DBE` + (g.retired_pages_pending ? " (pending)" : "")],
-      ["Remapped rows", `${num(g.remapped_rows_correctable)} corr. / ${num(g.remapped_rows_uncorrectable)} uncorr.`],
+      ["Clocks events", na(g.clocks_event_reasons) ? NA : (g.clocks_event_reasons.join(", ") || gettext("none"))],
+      ["ECC (volatile)", fill(gettext("%(corrected)s corr. / %(uncorrected)s uncorr."), { corrected: num(g.ecc_corrected_volatile), uncorrected: num(g.ecc_uncorrected_volatile) })],
+      ["Retired pages", `${num(g.retired_pages_sbe)} SBE / ${num(g.retired_pages_dbe)} DBE` + (g.retired_pages_pending ? gettext(" (pending)") : "")],
+      ["Remapped rows", fill(gettext("%(corrected)s corr. / %(uncorrected)s uncorr."), { corrected: num(g.remapped_rows_correctable), uncorrected: num(g.remapped_rows_uncorrectable) })],
     ];
-    return rows.map(([k, v]) => `<div><dt>${k}</dt><dd data-field="${k}">${esc(v)}</dd></div>`).join("");
+    return rows.map(([k, v]) => `<div><dt>${esc(LABELS[k] || k)}</dt><dd data-field="${k}">${esc(v)}</dd></div>`).join("");
   }
 
   function processes(g) {
-    if (g.processes === null || g.processes === undefined) return "Processes: n/a";
-    if (!g.processes.length) return "No compute processes.";
-    return "Processes: " + g.processes.map((p) => `pid ${p.pid} (${num(p.used_memory_bytes / GiB, 1)} GiB)` +
+    if (g.processes === null || g.processes === undefined) return esc(fill(gettext("Processes: %(list)s"), { list: NA }));
+    if (!g.processes.length) return esc(gettext("No compute processes."));
+    return esc(gettext("Processes: ")) + g.processes.map((p) => `PID ${p.pid} (${num(p.used_memory_bytes / GiB, 1)} GiB)` +
       (p.deployment ? ` → ${esc(p.deployment.name)}` : "")).join(", ");
   }
 
@@ -119,7 +134,7 @@
     const table = document.getElementById("engines-table");
     document.getElementById("engines-empty").hidden = engines.length > 0;
     table.hidden = engines.length === 0;
-    const pct = (v) => na(v) ? "n/a" : `${(100 * v).toFixed(1)} %`;
+    const pct = (v) => na(v) ? NA : `${fmt(100 * v, 1)} %`;
     table.querySelector("tbody").innerHTML = engines.map((e) => `<tr data-deployment="${e.deployment_id}">
       <td>${esc(e.name || e.deployment_id)}</td>
       <td>${esc(e.engine || "?")}${e.problem ? ` <span class="error">${esc(e.problem)}</span>` : ""}</td>
@@ -130,7 +145,7 @@
     chart.hidden = engines.length === 0;
     if (!engines.length) return;
     if (!chart.data) {
-      Plotly.newPlot(chart, [], layout({ yaxis: { rangemode: "tozero", title: { text: "generation tok/s" } } }), CHART_CONFIG);
+      Plotly.newPlot(chart, [], layout({ yaxis: { rangemode: "tozero", title: { text: gettext("generation tok/s") } } }), CHART_CONFIG);
       resizer.observe(chart);
     }
     const fresh = engines.filter((e) => engineTraces[e.deployment_id] === undefined);
@@ -151,7 +166,7 @@
       (xidSeen[key] = xidSeen[key] || []).push(x.description);
       const tr = document.createElement("tr");
       tr.className = "xid-row";
-      tr.innerHTML = `<td>${new Date(x.time * 1000).toLocaleString()}</td><td>${esc(msg.host)}</td><td>${na(x.gpu_index) ? "?" : x.gpu_index}</td><td>${esc(x.description)}</td>`;
+      tr.innerHTML = `<td>${new Date(x.time * 1000).toLocaleString(document.documentElement.lang)}</td><td>${esc(msg.host)}</td><td>${na(x.gpu_index) ? "?" : x.gpu_index}</td><td>${esc(x.description)}</td>`;
       body.prepend(tr);
     });
     document.getElementById("xid-table").hidden = false;
@@ -161,7 +176,7 @@
   Kiln.live.on("monitor", (msg) => {
     const when = new Date(msg.time * 1000);
     document.getElementById("monitor-line").textContent =
-      `Monitor on ${msg.host}: sample ${msg.seq}, every ${msg.interval} s · ${msg.nvml.message}`;
+      fill(gettext("Monitor on %(host)s: sample %(seq)s, every %(interval)s s"), { host: msg.host, seq: msg.seq, interval: msg.interval }) + ` · ${msg.nvml.message}`;
     const noGpu = document.getElementById("no-gpu");
     if (!msg.nvml.ok) {
       noGpu.hidden = false;

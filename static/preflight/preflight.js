@@ -6,8 +6,12 @@
 // Returns {refresh(), last()}; last() is the latest result (or null).
 window.KilnPreflight = (function () {
   const GiB = 1024 ** 3;
-  const gib = (b) => (b / GiB).toFixed(1) + " GiB";
-  const num = (n) => Number(n).toLocaleString("en-US");
+  const lang = document.documentElement.lang || "en";
+  // Numbers in the page's language; sizes always in GiB (12.5 GiB) as the engines print them.
+  const num = (n) => Number(n).toLocaleString(lang);
+  const gib = (b) => (b / GiB).toLocaleString(lang, { minimumFractionDigits: 1, maximumFractionDigits: 1 }) + " GiB";
+  const fill = (format, values) => interpolate(format, values, true);
+  const LEVEL = { error: gettext("error"), warning: gettext("warning") };
 
   function csrf() {
     if (window.Kiln && Kiln.csrfToken) return Kiln.csrfToken();
@@ -36,14 +40,16 @@ window.KilnPreflight = (function () {
   function renderFindings(panel, result) {
     const list = panel.querySelector('[data-pf="findings"]');
     list.replaceChildren(...result.findings.map((f) => el("li", { class: f.level, "data-code": f.code },
-      el("span", { class: "badge " + (f.level === "error" ? "red" : "amber") }, f.level), " ", f.message,
-      el("span", { class: "fix" }, "Fix: ", ...fixNode(f.fix)))));
+      el("span", { class: "badge " + (f.level === "error" ? "red" : "amber") }, LEVEL[f.level] || f.level), " ", f.message,
+      el("span", { class: "fix" }, gettext("Fix: "), ...fixNode(f.fix)))));
     const errors = result.findings.filter((f) => f.level === "error").length;
     const warnings = result.findings.length - errors;
     const state = panel.querySelector('[data-pf="state"]');
-    if (errors) { state.textContent = `${errors} error${errors > 1 ? "s" : ""}` + (warnings ? `, ${warnings} warning${warnings > 1 ? "s" : ""}` : ""); state.className = "pf-state bad"; }
-    else if (warnings) { state.textContent = `ready, ${warnings} warning${warnings > 1 ? "s" : ""}`; state.className = "pf-state warn"; }
-    else { state.textContent = "no problems found"; state.className = "pf-state ok"; }
+const nErrors = fill(ngettext("%(count)s error", "%(count)s errors", errors), { count: errors });
+    const nWarnings = fill(ngettext("%(count)s warning", "%(count)s warnings", warnings), { count: warnings });
+    if (errors) { state.textContent = nErrors + (warnings ? gettext(", ") + nWarnings : ""); state.className = "pf-state bad"; }
+    else if (warnings) { state.textContent = fill(gettext("ready, %(warnings)s"), { warnings: nWarnings }); state.className = "pf-state warn"; }
+    else { state.textContent = gettext("no problems found"); state.className = "pf-state ok"; }
     const box = panel.querySelector('[data-pf="override-box"]');
     if (box) {
       box.hidden = !errors;
@@ -66,17 +72,18 @@ window.KilnPreflight = (function () {
         ? el("span", { class: "pf-seg-" + cls, style: `width:${(100 * bytes / scale).toFixed(2)}%`,
           title: `${label}: ${gib(bytes)}`, "data-seg": cls }, 100 * bytes / scale >= 10 ? `${label} ${gib(bytes)}`
             : (100 * bytes / scale >= 4 ? gib(bytes).replace(" GiB", "") : "")) : null;
+      const WEIGHTS = gettext("weights"), KV = gettext("KV cache"), OVERHEAD = gettext("overhead"), FREE = gettext("free");
       return el("div", { class: "pf-gpu", "data-gpu": g.name },
-        el("div", { class: "pf-gpu-name" }, el("strong", {}, cpu ? `RAM — ${g.name}` : g.name),
+        el("div", { class: "pf-gpu-name" }, el("strong", {}, cpu ? fill(gettext("RAM — %(name)s"), { name: g.name }) : g.name),
           el("span", { class: over ? "error" : "muted" },
-            over ? `over by ${gib(over)}` : `${gib(used)} of ${gib(g.total_bytes)}`)),
+            over ? fill(gettext("over by %(size)s"), { size: gib(over) }) : fill(gettext("%(used)s of %(total)s"), { used: gib(used), total: gib(g.total_bytes) }))),
         el("div", { class: "pf-bar", role: "img",
-          "aria-label": `weights ${gib(g.weights_bytes)}, KV cache ${gib(kv)}, overhead ${gib(g.overhead_bytes)}, free ${gib(free)}` },
-          seg("weights", g.weights_bytes, "weights"), seg("kv", kv, "KV cache"),
-          seg("overhead", g.overhead_bytes, "overhead"), seg("free", free, "free"), seg("over", over, "over")));
+          "aria-label": fill(gettext("weights %(weights)s, KV cache %(kv)s, overhead %(overhead)s, free %(free)s"), { weights: gib(g.weights_bytes), kv: gib(kv), overhead: gib(g.overhead_bytes), free: gib(free) }) },
+          seg("weights", g.weights_bytes, WEIGHTS), seg("kv", kv, KV),
+          seg("overhead", g.overhead_bytes, OVERHEAD), seg("free", free, FREE), seg("over", over, gettext("over"))));
     });
     const legend = el("div", { class: "pf-legend" },
-      ...[["weights", "weights"], ["kv", "KV cache"], ["overhead", "overhead (activations, CUDA graphs)"], ["free", cpu ? "free RAM" : "free (outside the engine's budget)"]]
+      ...[["weights", gettext("weights")], ["kv", gettext("KV cache")], ["overhead", gettext("overhead (activations, CUDA graphs)")], ["free", cpu ? gettext("free RAM") : gettext("free (outside the engine’s budget)")]]
         .map(([c, t]) => el("span", {}, el("i", { class: "pf-seg-" + c }), t)));
     box.replaceChildren(...rows, legend);
   }
@@ -89,15 +96,16 @@ window.KilnPreflight = (function () {
     if (!fit) { table.replaceChildren(); sugg.replaceChildren(); notes.replaceChildren(); return; }
     const row = (k, v, key) => el("tr", { "data-answer": key }, el("th", {}, k), el("td", {}, v));
     table.replaceChildren(
-      row("Fits", fit.fits ? "yes" : "no", "fits"),
-      row(`Largest context at ${fit.max_num_seqs} concurrent request${fit.max_num_seqs > 1 ? "s" : ""}`,
-        `${num(fit.max_context_at_concurrency)} tokens`, "max_context"),
-      row(`Largest concurrency at ${num(fit.max_model_len)} tokens`, `${num(fit.max_concurrency_at_context)} requests`, "max_concurrency"),
+      row(gettext("Fits"), fit.fits ? gettext("yes") : gettext("no"), "fits"),
+      row(fill(ngettext("Largest context at %(count)s concurrent request", "Largest context at %(count)s concurrent requests", fit.max_num_seqs), { count: fit.max_num_seqs }),
+        fill(gettext("%(count)s tokens"), { count: num(fit.max_context_at_concurrency) }), "max_context"),
+      row(fill(gettext("Largest concurrency at %(count)s tokens"), { count: num(fit.max_model_len) }),
+        fill(ngettext("%(count)s request", "%(count)s requests", fit.max_concurrency_at_context), { count: num(fit.max_concurrency_at_context) }), "max_concurrency"),
       fit.engine === "llamacpp"
-        ? row("KV cache", `${gib(fit.gpus[0].kv_cache_bytes)} for ${fit.max_num_seqs} × ${num(fit.max_model_len)} tokens (llama.cpp allocates what it is given)`, "kv_tokens")
-        : row("KV cache", `${num(fit.kv_cache_tokens)} tokens · ${(fit.kv_bytes_per_token / 1024).toFixed(0)} KiB per token`, "kv_tokens"),
-      row("Weights", `${gib(fit.weights_bytes)} (${fit.weights_source === "estimate" ? "estimated from config" : "from the files"})`, "weights"));
-    sugg.replaceChildren(...(fit.suggestions.length ? [el("p", { class: "muted" }, "What to change:"),
+        ? row(gettext("KV cache"), fill(gettext("%(size)s for %(seqs)s × %(tokens)s tokens (llama.cpp allocates what it is given)"), { size: gib(fit.gpus[0].kv_cache_bytes), seqs: fit.max_num_seqs, tokens: num(fit.max_model_len) }), "kv_tokens")
+        : row(gettext("KV cache"), fill(gettext("%(tokens)s tokens · %(kib)s KiB per token"), { tokens: num(fit.kv_cache_tokens), kib: num(Math.round(fit.kv_bytes_per_token / 1024)) }), "kv_tokens"),
+      row(gettext("Weights"), `${gib(fit.weights_bytes)} (${fit.weights_source === "estimate" ? gettext("estimated from config") : gettext("from the files")})`, "weights"));
+    sugg.replaceChildren(...(fit.suggestions.length ? [el("p", { class: "muted" }, gettext("What to change:")),
       el("ul", { class: "pf-suggestions" }, ...fit.suggestions.map((s) => el("li", {}, ...fixNode(s))))] : []));
     notes.replaceChildren(...fit.notes.map((n) => el("li", { class: "muted" }, n)));
   }
@@ -134,21 +142,21 @@ window.KilnPreflight = (function () {
           headers: { "X-CSRFToken": csrf(), Accept: "application/json" } });
         data = await res.json();
       } catch (e) {
-        if (mine === seq) renderProblems(panel, { message: "preflight did not answer: " + e });
+        if (mine === seq) renderProblems(panel, { message: gettext("preflight did not answer: ") + e });
         return;
       } finally { if (mine === seq) panel.classList.remove("pf-busy"); }
       if (mine !== seq) return;   // a newer request is on its way
       if (!res.ok) {
         latest = null;
         renderProblems(panel, data.error || { message: `HTTP ${res.status}` });
-        panel.querySelector('[data-pf="state"]').textContent = "fix the form";
+        panel.querySelector('[data-pf="state"]').textContent = gettext("fix the form");
         panel.querySelector('[data-pf="state"]').className = "pf-state bad";
         return;
       }
       latest = data;
       form.dataset.preflightErrors = data.has_errors ? "1" : "0";
       renderProblems(panel, null);
-      panel.querySelector('[data-pf="where"]').textContent = data.where ? `Checked against ${data.where} · ${data.runtime.name || data.runtime.engine}` : "";
+      panel.querySelector('[data-pf="where"]').textContent = data.where ? fill(gettext("Checked against %(where)s · %(runtime)s"), { where: data.where, runtime: data.runtime.name || data.runtime.engine }) : "";
       renderFindings(panel, data);
       renderMemory(panel, data);
       renderAnswers(panel, data);
