@@ -781,6 +781,7 @@ class Experiment(models.Model):
 
     class Order(models.TextChoices):
         INTERLEAVED = "interleaved", _("Interleaved (A B A B, all configurations up at once)")
+        ALTERNATING = "alternating", _("Alternating blocks (A, B, A, B; relaunched each repetition)")
         BLOCKS = "blocks", _("Blocks (A A A, then B B B; one configuration up at a time)")
 
     STATUS_COLOURS = BenchmarkRun.STATUS_COLOURS

@@ -210,15 +210,21 @@ def benchmark_start(*, deployment: Deployment, scenario: str, user, label: str =
                                   "a benchmark needs a ready deployment. Launch it and wait for Ready.",
                                   code="not_ready")
     chosen = scenario_with_overrides(scenario, overrides)
+    run = benchmark_row(deployment=deployment, scenario=chosen, label=label, user=user)
+    jobs.enqueue(benchmark_run, run.pk, queue=host_queue(deployment.host), on_refused=_not_queued)
+    return run
+
+
+def benchmark_row(*, deployment: Deployment, scenario: Scenario, label: str = "", user=None) -> BenchmarkRun:
+    """The queued row of a run (what it will measure, and on what); whoever
+    made it runs it: the Celery task, or an experiment's runner in-process."""
     snapshot = deployment_snapshot(deployment)
-    run = BenchmarkRun.objects.create(
-        deployment=deployment, scenario=chosen.name, label=label.strip()[:200] or chosen.title,
-        source=BenchmarkRun.Source.KILN, config=chosen.to_dict(), snapshot=snapshot,
+    return BenchmarkRun.objects.create(
+        deployment=deployment, scenario=scenario.name, label=label.strip()[:200] or scenario.title,
+        source=BenchmarkRun.Source.KILN, config=scenario.to_dict(), snapshot=snapshot,
         model_name=snapshot["model"]["name"], engine=deployment.engine, gpu_name=snapshot["gpu"]["name"],
         progress={"phase": "queued", "percent": 0}, created_by=user,
     )
-    jobs.enqueue(benchmark_run, run.pk, queue=host_queue(deployment.host), on_refused=_not_queued)
-    return run
 
 
 def _not_queued(run_id: int, reason: str) -> None:

@@ -19,6 +19,7 @@ PINNED = {
     "inference.benchmark_run",
     "monitoring.alerts.deliver",
     "inference.tasks.run_batch",
+    "inference.experiment_run",
 }
 
 
