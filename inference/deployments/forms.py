@@ -8,12 +8,13 @@ import json
 import shlex
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from inference.deployments.services import profile_problems
 from inference.engines import InvalidLaunch, parse_extra_args
 from inference.models import EngineRuntime, LaunchProfile, ModelArtifact
 
-TRISTATE = (("", "engine default"), ("on", "on"), ("off", "off"))
+TRISTATE = (("", _("engine default")), ("on", _("on")), ("off", _("off")))
 
 
 
@@ -27,33 +28,35 @@ def speculative_config_from(value) -> dict:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise forms.ValidationError(f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+        raise forms.ValidationError(_("not valid JSON (%(error)s at character %(pos)s)") % {"error": exc.msg, "pos": exc.pos}) from None
     if not isinstance(data, dict):
-        raise forms.ValidationError('a JSON object such as {"method": "dflash", "model": "…"}')
+        raise forms.ValidationError(_('a JSON object such as {"method": "dflash", "model": "…"}'))
     return data
 
 class RuntimeForm(forms.ModelForm):
     class Meta:
         model = EngineRuntime
         fields = ["name", "engine", "kind", "path", "image"]
-        help_texts = {"path": "the executable (vllm, llama-server, …) or the virtualenv folder",
-                      "image": "for Docker: e.g. vllm/vllm-openai:v0.11.0"}
+        labels = {"name": _("Name"), "engine": _("Engine"), "kind": _("Kind"), "path": _("Path"), "image": _("Image")}
+        help_texts = {"path": _("the executable (vllm, llama-server, …) or the virtualenv folder"),
+                      "image": _("for Docker: e.g. vllm/vllm-openai:v0.11.0")}
 
 
 class LaunchProfileForm(forms.ModelForm):
-    gpus = forms.CharField(required=False, label="GPUs", help_text="indexes such as 0,1 (→ CUDA_VISIBLE_DEVICES); "
-                                                                   "empty = CPU only")
-    enable_prefix_caching = forms.ChoiceField(choices=TRISTATE, required=False, label="Prefix caching")
+    gpus = forms.CharField(required=False, label="GPUs", help_text=_("indexes such as 0,1 (→ CUDA_VISIBLE_DEVICES); "
+                                                                     "empty = CPU only"))
+    enable_prefix_caching = forms.ChoiceField(choices=TRISTATE, required=False, label=_("Prefix caching"))
     speculative_config = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                         help_text='JSON, e.g. {"method": "dflash", "model": "…", '
-                                                   '"num_speculative_tokens": 15}')
-    env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Environment variables",
-                          help_text="one NAME=value per line")
-    extra_args = forms.CharField(required=False, label="Extra arguments",
-                                 help_text="more engine flags, e.g. --enforce-eager; checked against the engine's "
-                                           "known flags")
+                                         label=_("Speculative config"),
+                                         help_text=_('JSON, e.g. {"method": "dflash", "model": "…", '
+                                                     '"num_speculative_tokens": 15}'))
+    env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), label=_("Environment variables"),
+                          help_text=_("one NAME=value per line"))
+    extra_args = forms.CharField(required=False, label=_("Extra arguments"),
+                                 help_text=_("more engine flags, e.g. --enforce-eager; checked against the engine’s "
+                                             "known flags"))
     model = forms.ModelChoiceField(queryset=ModelArtifact.objects.filter(status=ModelArtifact.Status.READY),
-                                   required=False, label="Model (downloaded)")
+                                   required=False, label=_("Model (downloaded)"))
 
     class Meta:
         model = LaunchProfile
@@ -62,13 +65,17 @@ class LaunchProfileForm(forms.ModelForm):
                   "cpu_offload_gb", "kv_cache_dtype", "attention_backend", "enable_prefix_caching",
                   "max_num_seqs", "speculative_config", "bind_host", "port", "api_key", "env", "extra_args",
                   "trust_remote_code"]
-        labels = {"model_path": "Model path or repo id", "bind_host": "Listen address",
-                  "port": "Port", "api_key": "API key", "swap_space_gb": "Swap space (GiB)",
-                  "cpu_offload_gb": "CPU offload (GiB)", "max_num_seqs": "Max concurrent sequences",
-                  "gpu_memory_utilization": "GPU memory utilization", "kv_cache_dtype": "KV cache dtype"}
-        help_texts = {"model_path": "filled from the chosen model; or a path on the host",
-                      "bind_host": "127.0.0.1 keeps the engine private to this machine",
-                      "port": "empty = pick a free one at launch"}
+        labels = {"name": _("Name"), "runtime": _("Runtime"), "served_model_name": _("Served model name"),
+                  "tensor_parallel_size": _("Tensor parallel size"), "dtype": "dtype",
+                  "quantization": _("Quantization"), "max_model_len": _("Max model length"),
+                  "attention_backend": _("Attention backend"), "trust_remote_code": _("Trust remote code"),
+                  "model_path": _("Model path or repo id"), "bind_host": _("Listen address"),
+                  "port": _("Port"), "api_key": _("API key"), "swap_space_gb": _("Swap space (GiB)"),
+                  "cpu_offload_gb": _("CPU offload (GiB)"), "max_num_seqs": _("Max concurrent sequences"),
+                  "gpu_memory_utilization": _("GPU memory utilization"), "kv_cache_dtype": _("KV cache dtype")}
+        help_texts = {"model_path": _("filled from the chosen model; or a path on the host"),
+                      "bind_host": _("127.0.0.1 keeps the engine private to this machine"),
+                      "port": _("empty = pick a free one at launch")}
         widgets = {"api_key": forms.PasswordInput(render_value=True)}
 
     def __init__(self, *args, **kwargs):
@@ -89,7 +96,7 @@ class LaunchProfileForm(forms.ModelForm):
         try:
             return [int(x) for x in text.split(",") if x != ""]
         except ValueError:
-            raise forms.ValidationError("GPUs are indexes separated by commas, such as 0,1") from None
+            raise forms.ValidationError(_("GPUs are indexes separated by commas, such as 0,1")) from None
 
     def clean_enable_prefix_caching(self):
         return {"on": True, "off": False}.get(self.cleaned_data.get("enable_prefix_caching") or "")
@@ -103,7 +110,7 @@ class LaunchProfileForm(forms.ModelForm):
             if not line.strip():
                 continue
             if "=" not in line:
-                raise forms.ValidationError(f"line {n}: write NAME=value")
+                raise forms.ValidationError(_("line %(n)s: write NAME=value") % {"n": n})
             k, v = line.split("=", 1)
             out[k.strip()] = v
         return out
@@ -121,7 +128,7 @@ class LaunchProfileForm(forms.ModelForm):
             data["model_path"] = model.path
             self.instance.model_path = model.path
         if not data.get("model_path") and "model_path" not in self.errors:
-            self.add_error("model_path", "choose a downloaded model or give a path on the host")
+            self.add_error("model_path", _("choose a downloaded model or give a path on the host"))
         runtime = data.get("runtime")
         if runtime is None or self.errors:
             return data

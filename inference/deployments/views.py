@@ -3,6 +3,7 @@ inference.deployments.services writes, inference.deployments.selectors reads."""
 from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.roles import is_operator, operator_required
@@ -57,10 +58,10 @@ def profile_edit(request, profile_id=None):
                         dep = svc.deployment_launch(profile=obj, user=request.user,
                                                     override=request.POST.get("preflight_override") == "on")
                     except svc.PreflightRefused as exc:
-                        messages.error(request, f"Saved {obj.name}, but did not launch it. {exc}")
+                        messages.error(request, _("Saved %(name)s, but did not launch it. %(reason)s") % {"name": obj.name, "reason": exc})
                         return redirect("profile_edit", profile_id=obj.pk)
                     return redirect("deployment_detail", deployment_id=dep.pk)
-                messages.success(request, f"Saved launch profile {obj.name}.")
+                messages.success(request, _("Saved launch profile %(name)s.") % {"name": obj.name})
                 return redirect("deployments")
         status = 400
     else:
@@ -88,13 +89,13 @@ def preset_launch(request, slug):
         dep = svc.deployment_launch(profile=profile, user=request.user)
     except svc.PreflightRefused as exc:
         # Show the profile with the live preflight panel: every finding, its fix, the override.
-        messages.error(request, f"Not launched. {exc}")
+        messages.error(request, _("Not launched. %(reason)s") % {"reason": exc})
         return redirect("profile_edit", profile_id=profile.pk)
     except svc.DeploymentError as exc:
         messages.error(request, str(exc))
         return redirect("deployments")
     except InvalidLaunch as exc:
-        messages.error(request, f"The preset's profile cannot launch: {exc}")
+        messages.error(request, _("The preset’s profile cannot launch: %(reason)s") % {"reason": exc})
         return redirect("deployments")
     return redirect("deployment_detail", deployment_id=dep.pk)
 
@@ -107,10 +108,10 @@ def profile_launch(request, profile_id):
         dep = svc.deployment_launch(profile=profile, user=request.user,
                                     override=request.POST.get("preflight_override") == "on")
     except svc.PreflightRefused as exc:
-        messages.error(request, f"{profile.name} was not launched. {exc} (Open the profile to see every finding.)")
+        messages.error(request, _("%(name)s was not launched. %(reason)s (Open the profile to see every finding.)") % {"name": profile.name, "reason": exc})
         return redirect("deployments")
     except InvalidLaunch as exc:
-        messages.error(request, f"{profile.name} cannot launch: {exc}")
+        messages.error(request, _("%(name)s cannot launch: %(reason)s") % {"name": profile.name, "reason": exc})
         return redirect("deployments")
     return redirect("deployment_detail", deployment_id=dep.pk)
 
@@ -148,9 +149,9 @@ def runtime_create(request):
         except svc.DeploymentError as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Registered {rt.name}; detecting its version on {rt.host}…")
+            messages.success(request, _("Registered %(name)s; detecting its version on %(host)s…") % {"name": rt.name, "host": rt.host})
     else:
-        messages.error(request, "Runtime not registered: " + "; ".join(
+        messages.error(request, _("Runtime not registered: ") + "; ".join(
             f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     return redirect("deployments")
 

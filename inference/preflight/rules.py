@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
+from django.utils.translation import gettext
+
 from inference.preflight import fit
 from inference.preflight.fit import GPU, LaunchSettings, parse_cc
 
@@ -226,11 +228,12 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
         for gpu in devices:
             ctx = Context(runtime_info, settings, model, gpu, quant, dtype, lm_head_q, heads)
             if all(PREDICATES[name](ctx, value) for name, value in rule.when.items()):
-                findings.append(Finding(rule.level, rule.code, _fill(rule.message, ctx), _fill(rule.fix, ctx)))
+                # The wording is translated before the values go in (locale/: rules_messages.py lists them).
+                findings.append(Finding(rule.level, rule.code, _fill(gettext(rule.message), ctx), _fill(gettext(rule.fix), ctx)))
                 break       # one finding per rule, not one per GPU
     if fit_report is not None and not fit_report.fits:
-        fix = fit_report.suggestions[0] if fit_report.suggestions else "use more GPUs or a smaller checkpoint"
-        for err in fit_report.errors or ["the model does not fit on these GPUs"]:
+        fix = fit_report.suggestions[0] if fit_report.suggestions else gettext("use more GPUs or a smaller checkpoint")
+        for err in fit_report.errors or [gettext("the model does not fit on these GPUs")]:
             findings.append(Finding("error", "does-not-fit", err, fix))
     findings.sort(key=lambda f: f.level != "error")
     return findings
