@@ -26,10 +26,13 @@ in the process for a second, usage is counted in memory.
 
 import asyncio
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.exceptions import RequestAborted
 from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+from django.utils import translation
+from django.utils.translation import trans_real
 
 from dashboard import hosts
 from inference.gateway.errors import error_response
@@ -126,6 +129,19 @@ class GatewayHandler(ASGIHandler):
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
 
+def request_language(scope) -> str:
+    """The supported language the caller's Accept-Language asks for first, else the default."""
+    header = dict(scope.get("headers") or []).get(b"accept-language", b"").decode("latin-1")
+    for code, _quality in trans_real.parse_accept_lang_header(header):
+        if code == "*":
+            break
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return settings.LANGUAGE_CODE
+
+
 def with_gateway(django_app):
     """Wrap the panel's ASGI app: /v1/ to the gateway handler, the rest unchanged."""
     from inference.gateway import fast  # needs Django set up, as the caller has
@@ -139,10 +155,12 @@ def with_gateway(django_app):
             allowed, host = hosts.host_allowed(scope)
             if not allowed:
                 return await refuse_host(host, send)
-            secret = fast.takes(scope)
-            if secret is not None:
-                return await fast.handle(scope, receive, send, secret)
-            return await gateway(scope, receive, send)
+            # Neither door runs LocaleMiddleware: error messages follow Accept-Language here.
+            with translation.override(request_language(scope)):
+                secret = fast.takes(scope)
+                if secret is not None:
+                    return await fast.handle(scope, receive, send, secret)
+                return await gateway(scope, receive, send)
         return await django_app(scope, receive, send)
 
     return app

@@ -21,6 +21,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -59,16 +60,16 @@ async def key_caller(secret: str, count: bool = True, hashed: str | None = None
     except (redis.exceptions.RedisError, OSError) as exc:
         log.warning("gateway: cannot check API keys, Redis is not answering: %r", exc)
         return None, None, error_response(
-            503, "The panel cannot check API keys right now (its Redis is not answering); retry shortly.",
+            503, _("The panel cannot check API keys right now (its Redis is not answering); retry shortly."),
             "server_error", "auth_unavailable", retry_after=RETRY_AFTER_NO_REDIS)
     if info is None:
         return None, None, error_response(
-            401, "Incorrect or revoked API key. Create one on the panel's Keys page and send it as "
-                 "'Authorization: Bearer kiln-…'.", "invalid_request_error", "invalid_api_key")
+            401, _("Incorrect or revoked API key. Create one on the panel's Keys page and send it as "
+                   "'Authorization: Bearer kiln-…'."), "invalid_request_error", "invalid_api_key")
     if wait is not None:
         return None, None, error_response(
-            429, f"Rate limit of {info.rate_limit} requests per minute reached for this key; retry in "
-                 f"{wait} s.", "rate_limit_error", "rate_limit_exceeded", retry_after=wait)
+            429, _("Rate limit of %(limit)s requests per minute reached for this key; retry in %(wait)s s.")
+            % {"limit": info.rate_limit, "wait": wait}, "rate_limit_error", "rate_limit_exceeded", retry_after=wait)
     return Caller(info.id, info.user_id), info, None
 
 
@@ -84,11 +85,11 @@ async def _caller(request, count: bool = True) -> tuple[Caller | None, keys.KeyI
         csrf.process_request(request)
         refused = csrf.process_view(request, _no_view, (), {})
         if refused is not None:
-            return None, None, error_response(403, "Signed-in calls need the CSRF token (X-CSRFToken header).",
+            return None, None, error_response(403, _("Signed-in calls need the CSRF token (X-CSRFToken header)."),
                                               "invalid_request_error", "csrf_failed")
         return Caller(None, user.pk), None, None
     return None, None, error_response(
-        401, "No API key: send 'Authorization: Bearer kiln-…' (create a key on the panel's Keys page).",
+        401, _("No API key: send 'Authorization: Bearer kiln-…' (create a key on the panel's Keys page)."),
         "invalid_request_error", "missing_api_key")
 
 
@@ -96,7 +97,7 @@ async def _proxy(request, path: str, streams: bool = True):
     """The Django view side of proxy(): session callers (the playground) and
     anything the raw ASGI path (inference/gateway/fast.py) does not take."""
     if request.method != "POST":
-        return error_response(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
+        return error_response(405, _("%(path)s takes POST.") % {"path": path}, "invalid_request_error", "method_not_allowed")
     try:
         raw_body = request.body  # before the CSRF check, which would read a form post's stream
     except RequestDataTooBig:
@@ -161,15 +162,15 @@ async def proxy(path: str, raw_body: bytes, streams: bool, *, secret: str | None
         if opening is not None:  # refused or cancelled: drop the engine's request
             await _abandon(opening)
     if response is None:
-        return error_response(503, f"The deployment(s) serving {model!r} are marked ready but do not answer; "
-                                   f"retry in {RETRY_AFTER_UNREACHABLE} s.", "server_error",
+        return error_response(503, _("The deployment(s) serving %(model)r are marked ready but do not answer; "
+                                     "retry in %(wait)s s.") % {"model": model, "wait": RETRY_AFTER_UNREACHABLE}, "server_error",
                               "deployment_unreachable", retry_after=RETRY_AFTER_UNREACHABLE)
     return Upstreamed(response, target, model, caller, stream, strip)
 
 
 def _not_allowed(info: keys.KeyInfo, model: str) -> HttpResponse:
-    return error_response(403, f"This key may not use {model!r}; it is limited to "
-                               f"{', '.join(info.allowed_models)}.", "invalid_request_error",
+    return error_response(403, _("This key may not use %(model)r; it is limited to %(models)s.")
+                          % {"model": model, "models": ", ".join(info.allowed_models)}, "invalid_request_error",
                           "model_not_allowed", param="model")
 
 
@@ -193,21 +194,23 @@ async def _checked_request(path, raw_body, streams, info, verdict):
     model = body.get("model")
     if not model:
         return await refuse(bad_request(
-            "Name the model: the 'model' field is required (GET /v1/models lists them).", "model"))
+            _("Name the model: the 'model' field is required (GET /v1/models lists them)."), "model"))
     if info is not None and not info.allows(model):
         return await refuse(_not_allowed(info, model))
     route = await routing.route(model)
     if not route.upstreams:
         if not route.statuses:
             known = await routing.served_models()
-            listed = ", ".join(known) if known else "none is ready"
+            listed = ", ".join(known) if known else _("none is ready")
             return await refuse(error_response(
-                404, f"The model {model!r} does not exist on this panel (ready models: {listed}).",
+                404, _("The model %(model)r does not exist on this panel (ready models: %(listed)s).")
+                % {"model": model, "listed": listed},
                 "invalid_request_error", "model_not_found", param="model"))
         wait = routing.retry_after(route.statuses)
         return await refuse(error_response(
-            503, f"No deployment of {model!r} is ready (now: {', '.join(sorted(set(route.statuses)))}); retry in "
-                 f"{wait} s.", "server_error", "deployment_not_ready", retry_after=wait))
+            503, _("No deployment of %(model)r is ready (now: %(statuses)s); retry in %(wait)s s.")
+            % {"model": model, "statuses": ", ".join(sorted(set(route.statuses))), "wait": wait},
+            "server_error", "deployment_not_ready", retry_after=wait))
     stream = streams and bool(body.get("stream"))
     payload, strip = prepare_body(body, raw_body) if stream else (raw_body, False)
     opening = asyncio.ensure_future(_open_first(route.upstreams, path, payload, stream))
@@ -270,7 +273,7 @@ class Upstreamed:
         except (aiohttp.ClientError, TimeoutError):
             usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=self.target.deployment_id,
                          model=model, error=True)
-            return None, error_response(502, f"The engine serving {model!r} stopped answering; retry.",
+            return None, error_response(502, _("The engine serving %(model)r stopped answering; retry.") % {"model": model},
                                         "server_error", "upstream_disconnected")
         finally:
             response.close()
@@ -308,7 +311,7 @@ async def embeddings(request):
 @csrf_exempt
 async def models(request):
     if request.method != "GET":
-        return error_response(405, "/v1/models takes GET.", "invalid_request_error", "method_not_allowed")
+        return error_response(405, _("/v1/models takes GET."), "invalid_request_error", "method_not_allowed")
     caller, info, refused = await _caller(request, count=False)
     if refused:
         return refused
@@ -367,7 +370,7 @@ def key_create(request):
 def key_revoke(request, key_id):
     key = get_object_or_404(selectors.keys_for(request.user), pk=key_id)
     if keys.key_revoke(key=key, by=request.user):
-        messages.success(request, f"Key {key.name} ({key.prefix}…) revoked; requests with it now get 401.")
+        messages.success(request, _("Key %(name)s (%(prefix)s…) revoked; requests with it now get 401.") % {"name": key.name, "prefix": key.prefix})
     return redirect("gateway_keys")
 
 
