@@ -54,9 +54,19 @@ ACTIONS: dict[str, str] = {
     "user_reset_password": "user.password_reset",
     "user_end_sessions": "user.end_sessions",
     "user_active": "user.disable_or_enable",
+    "user_delete": "user.delete",
+    "hub_preference": "settings.hub",
     # API keys (pages)
     "gateway_key_create": "key.create",
     "gateway_key_revoke": "key.revoke",
+    # batch jobs (pages, and the OpenAI Files/Batches API when called with a session)
+    "batch_new": "batch.create",
+    "batch_cancel": "batch.cancel",
+    "batch_resume": "batch.resume",
+    "gateway_files": "file.upload",
+    "gateway_file": "file.delete",
+    "gateway_batches": "batch.create",
+    "gateway_batch_cancel": "batch.cancel",
     # deployments (pages)
     "deployment_stop": "deployment.stop",
     "deployment_restart": "deployment.restart",
@@ -107,6 +117,8 @@ NOT_ACTIONS: dict[str, str] = {
     "gateway_completions": "/v1/ gateway call: usage is recorded by the gateway",
     "gateway_embeddings": "/v1/ gateway call: usage is recorded by the gateway",
     "gateway_models": "/v1/ gateway call: usage is recorded by the gateway",
+    "gateway_file_content": "/v1/ read: a file's content",
+    "gateway_batch": "/v1/ read: a batch object",
 }
 
 SIGN_IN = "account.sign_in"

@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("inference.library.urls")),
     path("", include("inference.deployments.urls")),
     path("", include("inference.benchmarks.urls")),
+    path("", include("inference.batches.urls")),
 ]

@@ -92,15 +92,16 @@ async def files(request):
     request.upload_handlers = [handler]
     secret = keys.bearer(request)
     try:
-        if secret:  # a key is checked before the body is read
+        multipart = (request.content_type or "").startswith("multipart/form-data")
+        if secret or not multipart:  # a key is checked before the body is read
             caller, _, refused = await _caller(request, count=False)
             if refused:
                 return refused
-        if not (request.content_type or "").startswith("multipart/form-data"):
+        if not multipart:
             return bad_request("Upload the file as multipart/form-data with the fields 'file' and 'purpose' "
                                "(the openai client's files.create does).", "file")
         await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
-        if not secret:
+        if not secret:  # a session's CSRF token may be a form field: checked once the form is read
             caller, _, refused = await _caller(request, count=False)
             if refused:
                 return refused

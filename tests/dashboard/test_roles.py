@@ -40,7 +40,7 @@ from dashboard.models import Job
 from dashboard.routing import CLOSE_NOT_FOUND, websocket_urlpatterns
 from inference.deployments.presets import GEMMA_DEMO
 from inference.gateway import keys
-from inference.models import BenchmarkRun, Deployment, EngineRuntime, LaunchProfile, ModelArtifact
+from inference.models import Batch, BatchFile, BenchmarkRun, Deployment, EngineRuntime, LaunchProfile, ModelArtifact
 from monitoring.alerts.models import AlertChannel, AlertRule
 from monitoring.consumers import CLOSE_NOT_AUTHENTICATED
 from tests.helpers import REPO
@@ -61,6 +61,8 @@ PAGES = {
     "users/<int:user_id>/reset-password": {"POST": CHANGE},
     "users/<int:user_id>/end-sessions": {"POST": CHANGE},
     "users/<int:user_id>/active": {"POST": CHANGE},
+    "users/<int:user_id>/delete": {"POST": CHANGE},
+    "settings/hub": {"POST": CHANGE},
     "audit/": {"GET": OPERATOR_READ},
     "audit.csv": {"GET": OPERATOR_READ},
     "deployments/plan": {"GET": READ},
@@ -95,6 +97,13 @@ PAGES = {
     "keys/new": {"POST": CHANGE},
     "keys/<int:key_id>/revoke": {"POST": CHANGE},
     "playground/": {"GET": READ},
+    "batches/": {"GET": READ},
+    "batches/new": {"POST": CHANGE},
+    "batches/<str:batch_id>/": {"GET": READ},
+    "batches/<str:batch_id>/progress": {"GET": READ},
+    "batches/<str:batch_id>/cancel": {"POST": CHANGE},
+    "batches/<str:batch_id>/resume": {"POST": CHANGE},
+    "batches/<str:batch_id>/download/<str:which>": {"GET": READ},
     # The API's own pages, beside its routes: the document, its docs page, its root (a 404 naming the docs).
     "api/": {"GET": READ},
     "api/openapi.json": {"GET": READ},
@@ -122,6 +131,12 @@ GATEWAY = {
     "v1/completions": {"POST": READ},
     "v1/embeddings": {"POST": READ},
     "v1/models": {"GET": READ},
+    "v1/files": {"GET": READ, "POST": READ},
+    "v1/files/<str:file_id>": {"GET": READ, "DELETE": READ},
+    "v1/files/<str:file_id>/content": {"GET": READ},
+    "v1/batches": {"GET": READ, "POST": READ},
+    "v1/batches/<str:batch_id>": {"GET": READ},
+    "v1/batches/<str:batch_id>/cancel": {"POST": READ},
 }
 WEBSOCKETS = {"ws/live/"}
 # What a read answers when it is not 200: a preflight of an empty body names the missing fields.
@@ -206,7 +221,13 @@ def rows(db, tmp_path, operator):
     channel.save()
     rule = AlertRule.objects.create(name="all")
     rule.channels.set([channel])
-    return {"channel_id": channel.pk, "rule_id": rule.pk, "user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
+    batch_input = tmp_path / "batch.jsonl"
+    batch_input.write_bytes(b'{"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
+    batch_file = BatchFile.objects.create(filename="batch.jsonl", path=str(batch_input), bytes=76, lines=1)
+    batch = Batch.objects.create(endpoint="/v1/chat/completions", input_file=batch_file, host=settings.HOST_NAME,
+                                 status="completed", total=1)
+    return {"batch_id": batch.pk, "which": "input",
+            "channel_id": channel.pk, "rule_id": rule.pk, "user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
             "deployment_id": deployment.pk, "run_id": run.pk, "run_id2": run2.pk, "key_id": key.pk, "job_id": job.pk,
             "slug": GEMMA_DEMO.slug}
 
