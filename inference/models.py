@@ -285,13 +285,15 @@ class EngineRuntime(models.Model):
     def as_runtime(self):
         from inference.engines import Runtime
 
-        env = {}
+        env, cpu_only = {}, "+cpu" in (self.version or "")
         if self.catalog_key:  # a catalog build's launch defaults (e.g. VLLM_CPU_KVCACHE_SPACE)
             from inference.deployments.runtimes import catalog
 
             build = catalog().get(self.catalog_key)
             env = dict(build.env) if build else {}
-        return Runtime(engine=self.engine, kind=self.kind, path=self.path, image=self.image, env=env)
+            cpu_only = cpu_only or bool(build and build.hardware == "cpu")
+        return Runtime(engine=self.engine, kind=self.kind, path=self.path, image=self.image, env=env,
+                       cpu_only=cpu_only)
 
 
 class LaunchProfile(models.Model):

@@ -133,7 +133,8 @@ PROFILE_SPEC_FIELDS = (
 def profile_problems(profile: LaunchProfile) -> dict[str, str]:
     """Everything wrong with a profile, field -> message (empty when it can launch)."""
     engine = get_engine(profile.runtime.engine)
-    problems = {**profile.runtime.as_runtime().problems(), **engine.check_spec(profile.as_spec())}
+    runtime = profile.runtime.as_runtime()
+    problems = {**runtime.problems(), **engine.check_spec(profile.as_spec(), runtime)}
     if "host" in problems:
         problems["bind_host"] = problems.pop("host")
     if "model" in problems:
@@ -189,12 +190,21 @@ def demo_model_path() -> str:
 
 
 def download_url(preset: Preset) -> str:
-    """The model library page, pre-filled to download the preset's model."""
+    """The model library page, pre-filled to download the preset's model from
+    the preferred hub (ModelScope, Hugging Face or its mirror) where it is listed."""
     from urllib.parse import urlencode
 
+    from inference.library.hubs.preference import pick_hub
+
     dl = preset.model
-    hub = "hf" if dl.hub == "huggingface" else dl.hub
-    return "/models/?" + urlencode({"repo": dl.repo_id, "hub": hub, "include": ",".join(dl.patterns)})
+    if dl.hub == "modelscope":
+        pick = pick_hub(modelscope_id=dl.repo_id)
+    else:
+        pick = pick_hub(hf_id=dl.repo_id, modelscope_id=dl.modelscope_id)
+    query = {"repo": pick.repo_id, "hub": pick.form_hub, "include": " ".join(dl.patterns)}
+    if pick.endpoint:
+        query["endpoint"] = pick.endpoint
+    return "/models/?" + urlencode(query)
 
 
 def preset_status(preset: Preset, host=None) -> dict:
@@ -355,6 +365,11 @@ def deployment_record_phase(deployment_id, phase, at=None):
     Deployment.objects.filter(pk=deployment_id).update(phases=phases[-100:])
 
 
+def launch_dir_for(deployment_id) -> Path:
+    """The deployment's own scratch directory (engine sockets, compile cache), removed on stop."""
+    return Path(settings.DATA_DIR) / "run" / f"deployment-{deployment_id}"
+
+
 def log_path_for(deployment_id) -> Path:
     return Path(settings.DATA_DIR) / "logs" / "deployments" / f"deployment-{deployment_id}.log"
 
@@ -386,7 +401,8 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
     if keep_port and dep.port:
         spec = spec.with_port(dep.port)
     return supervisor.launch(engine, spec, profile.runtime.as_runtime(), log_path_for(dep.pk),
-                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk))
+                             exclude_ports=ports_promised(dep.host, exclude_id=dep.pk),
+                             launch_dir=launch_dir_for(dep.pk))
 
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
@@ -457,10 +473,12 @@ def deployment_stop_process(*, deployment_id, grace_s=None) -> Deployment:
         h = handle_of(dep)
         if h is None or (h.pid, h.start_time) in stopped_handles:
             break
-        result = supervisor.stop(h, grace_s=grace_s)
+        result = supervisor.stop(h, grace_s=grace_s, launch_dir=str(launch_dir_for(dep.pk)))
         survivors = result.survivors
         stopped_handles.add((h.pid, h.start_time))
         _docker_stop(dep)
+    if not survivors:
+        supervisor.clean_launch_dir(launch_dir_for(deployment_id))
     dep = Deployment.objects.get(pk=deployment_id)
     fields = {"stopped": timezone.now(), "stop_requested": True}
     if survivors:

@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 # --------------------------------------------------------------------------- errors
@@ -174,13 +174,18 @@ def _signal_group(handle: ProcessHandle, sig: int) -> None:
             pass
 
 
-def stop(handle: ProcessHandle, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> StopResult:
+def stop(handle: ProcessHandle, grace_s: float = 10.0, kill_wait_s: float = 5.0, launch_dir: str = "") -> StopResult:
     """SIGTERM the engine's process group, SIGKILL after `grace_s`, wait.
 
     Returns what was left; an empty `survivors` means no process of the
-    engine (children and grandchildren included) survived.
+    engine (children and grandchildren included) survived. With `launch_dir`,
+    processes that carry that launch's marker but left the group are ended too.
     """
     was_running = is_running(handle.pid, handle.start_time)
+    if launch_dir:
+        stray = [p for p in marked_processes(launch_dir) if p not in group_members(handle.pgid, handle.start_time)]
+        if stray:
+            end_processes(stray, grace_s=min(grace_s, 5.0))
     if not was_running and not group_members(handle.pgid, handle.start_time):
         return StopResult(was_running=False, killed=False)
     _signal_group(handle, signal.SIGTERM)
@@ -202,6 +207,97 @@ def _wait_group_gone(handle: ProcessHandle, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- per-launch directories
+
+# Every process an engine starts inherits this variable, so the engine's
+# helpers (vLLM's EngineCore and resource tracker) can be found by it even when
+# the API server that started them was killed and they were orphaned.
+LAUNCH_MARKER = "KILN_LAUNCH_DIR"
+# A Unix socket path holds at most 107 bytes and vLLM appends "/<uuid4>" (37)
+# to its RPC base path: a longer launch directory is reached through a short link.
+MAX_LAUNCH_DIR_CHARS = 48
+
+
+def prepare_launch_dir(launch_dir: str | os.PathLike) -> str:
+    """Create a launch's own directory (under DATA_DIR) and return the path to
+    hand to the engine: the directory itself, or a short link to it in the
+    temp dir when the real path is too long for a socket path."""
+    real = Path(launch_dir)
+    real.mkdir(parents=True, exist_ok=True)
+    if len(str(real)) <= MAX_LAUNCH_DIR_CHARS:
+        return str(real)
+    import hashlib
+    import tempfile
+
+    link = Path(tempfile.gettempdir()) / ("kiln-" + hashlib.sha1(str(real.resolve()).encode()).hexdigest()[:12])
+    if link.is_symlink() and os.readlink(link) != str(real.resolve()):
+        link.unlink()
+    if not link.is_symlink():
+        link.symlink_to(real.resolve(), target_is_directory=True)
+    return str(link)
+
+
+def clean_launch_dir(launch_dir: str | os.PathLike) -> None:
+    """Remove a launch's directory and its short link (after the engine stopped)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    if not launch_dir or not str(launch_dir).strip():
+        return  # never Path("") == the working directory
+    real = Path(launch_dir)
+    link = Path(tempfile.gettempdir()) / ("kiln-" + hashlib.sha1(str(real.resolve()).encode()).hexdigest()[:12])
+    if link.is_symlink():
+        link.unlink()
+    shutil.rmtree(real, ignore_errors=True)
+
+
+def marked_processes(launch_dir: str) -> list[int]:
+    """Live processes whose environment carries this launch's marker."""
+    needle = f"{LAUNCH_MARKER}={launch_dir}\0".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read() + b"\0"
+        except OSError:
+            continue
+        if needle in env:
+            st = _read_stat(int(entry))
+            if st and st[0] not in ("Z", "X"):
+                out.append(int(entry))
+    return sorted(out)
+
+
+def process_name(pid: int) -> str:
+    """What `ps` shows for a process: its (possibly retitled) command line."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:120]
+
+
+def end_processes(pids: list[int], grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL what is left after `grace_s`; return the survivors."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline:
+            pids = [p for p in pids if _read_stat(p) and _read_stat(p)[0] not in ("Z", "X")]
+            if not pids:
+                return []
+            time.sleep(0.05)
+    return pids
 
 
 # --------------------------------------------------------------------------- ports
@@ -418,6 +514,9 @@ class WatchState:
     unhealthy_ticks: int = 0
     policy: dict = field(default_factory=dict)  # RestartPolicy.to_dict()
     facts: dict = field(default_factory=dict)  # e.g. {"max_model_len_estimate": "12345"}
+    # The engine logged that a signal asked it to stop (someone ran kill or
+    # pressed Ctrl-C outside Kiln): its exit is a stop, not a crash.
+    shutdown_seen: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -433,6 +532,7 @@ class WatchState:
         self.started_at, self.ready_at, self.restart_at = now, None, None
         self.failure = self.hint = self.failure_line = ""
         self.fatal = False
+        self.shutdown_seen = False
         self.unhealthy_ticks = 0
 
 
@@ -445,7 +545,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Action:
-    """kind: phase | ready | crashed | stop_process | restart | failed
+    """kind: phase | ready | crashed | stop_process | restart | failed | stopped
 
     - phase: the start-up phase changed (`phase`)
     - ready: the engine answers health checks
@@ -454,6 +554,8 @@ class Action:
       dead engine behind a live HTTP server) before restarting
     - restart: start the process again now (`new_port` if the old port was taken)
     - failed: give up; show `reason`, `hint` (and the log tail, `log_tail`)
+    - stopped: the engine was stopped from outside Kiln (a signal it logged)
+      and exited: no restart, no failure
     """
 
     kind: str
@@ -491,14 +593,19 @@ def watch_step(state: WatchState, obs: Observation, now: float, engine, config: 
         ev = engine.classify_line(line)
         if ev is None:
             continue
+        if getattr(ev, "shutdown", False):
+            state.shutdown_seen = True
+            continue
+        if ev.failure and state.shutdown_seen and not state.failure:
+            continue  # tracebacks printed while an ordinary stop shuts the engine down
         if ev.failure:
             # Keep the first fatal cause; a later generic line ("engine core
             # failed") must not hide the specific one before it.
             if not (state.fatal and not ev.fatal):
                 state.failure, state.hint, state.fatal, state.failure_line = ev.failure, ev.hint, ev.fatal, ev.line
-            m = re.search(r"estimated maximum model length is (\d+)", ev.line)
+            m = re.search(r"estimated maximum model length is ([0-9][0-9,]*)", ev.line)
             if m:
-                state.facts["max_model_len_estimate"] = m.group(1)
+                state.facts["max_model_len_estimate"] = m.group(1).replace(",", "")
         elif ev.phase and ev.phase != state.phase and state.status == STARTING:
             state.phase = ev.phase
             actions.append(Action("phase", phase=ev.phase))
@@ -512,8 +619,16 @@ def watch_step(state: WatchState, obs: Observation, now: float, engine, config: 
             actions.append(Action("restart", new_port=state.failure == "port_in_use"))
         return actions
 
-    # 3. The process is gone: a crash.
+    # 3. The process is gone: a crash -- unless a signal from outside asked it
+    # to stop and nothing failed before that (vLLM exits 0 both after an
+    # ordinary Ctrl-C and after its engine core died; only the log tells).
     reason = ""
+    if not obs.running and state.shutdown_seen and not state.failure:
+        state.status = STOPPED
+        state.hint = ("The engine was stopped from outside Kiln (it logged a shutdown signal) and exited; "
+                      "it was not restarted.")
+        actions.append(Action("stopped", reason="stopped_outside", hint=state.hint))
+        return actions
     if not obs.running:
         reason = state.failure or "exited"
     elif state.status == STARTING and now - state.started_at > config.start_timeout_s:
@@ -570,8 +685,9 @@ class Watcher:
 
     def __init__(self, handle: ProcessHandle, engine, health_url: str, state: WatchState | None = None,
                  log_offset: int = 0, config: WatchConfig = WatchConfig(), api_key: str = "",
-                 health_timeout_s: float = 2.0, clock=time.time):
+                 health_timeout_s: float = 2.0, clock=time.time, launch_dir: str = ""):
         self.handle = handle
+        self.launch_dir = launch_dir
         self.engine = engine
         self.health_url = health_url
         self.config = config
@@ -591,12 +707,34 @@ class Watcher:
                              self.config)
         out = []
         for a in actions:
+            if a.kind in ("crashed", "failed") and not running:
+                ended = self.end_leftovers()
+                if ended:
+                    a = replace(a, hint=(a.hint + " " if a.hint else "") + ended)
             if a.kind == "stop_process":
-                stop(self.handle, grace_s=5.0)
+                stop(self.handle, grace_s=5.0, launch_dir=self.launch_dir)
             if a.kind == "failed":
                 a = Action(**{**asdict(a), "log_tail": tuple(read_log_tail(self.handle.log_path, 40))})
             out.append(a)
         return out
+
+    def end_leftovers(self) -> str:
+        """The engine's leader is gone (killed with -9, say): end what it left
+        running -- vLLM's EngineCore and resource tracker keep the GPU memory
+        when their API server dies -- and say what was ended ("" if nothing)."""
+        pids = set(group_members(self.handle.pgid, self.handle.start_time)) if self.handle.pgid else set()
+        if self.launch_dir:
+            pids |= set(marked_processes(self.launch_dir))
+        pids.discard(os.getpid())
+        if not pids:
+            return ""
+        names = {p: process_name(p) or str(p) for p in sorted(pids)}
+        left = end_processes(sorted(pids), grace_s=3.0)
+        listed = ", ".join(f"{n.split()[0] if n else '?'} (pid {p})" for p, n in names.items())
+        if left:
+            return f"The engine's server process is gone but {listed} kept running; {left} could not be ended."
+        return (f"The engine's server process is gone but {listed} kept running and holding memory; "
+                "Kiln ended them, so the GPU is free again.")
 
     def restarted(self, handle: ProcessHandle) -> None:
         """Call after spawning the replacement process."""
@@ -619,12 +757,24 @@ class Launched:
 
 
 def launch(engine, spec, runtime, log_path: str | os.PathLike, exclude_ports=frozenset(),
-           cwd: str | os.PathLike | None = None) -> Launched:
+           cwd: str | os.PathLike | None = None, launch_dir: str | os.PathLike | None = None) -> Launched:
     """Pick the port (the spec's own, refused if taken, or a free one),
     build argv and environment, and spawn. Raises InvalidLaunch,
-    PortUnavailable or SpawnError, each with a message for the user."""
+    PortUnavailable or SpawnError, each with a message for the user.
+
+    With `launch_dir` the engine's scratch files (vLLM's ZMQ sockets and
+    compile cache) go into that directory (clean_launch_dir removes it after
+    the stop) and every process of the launch carries its marker."""
     port = pick_free_port(spec.host, preferred=spec.port, exclude=exclude_ports)
     spec = spec.with_port(port)
     argv = engine.build_argv(spec, runtime)
-    handle = spawn(argv, engine.build_env(spec), log_path, cwd=cwd)
-    return Launched(handle, port, argv, engine.command_preview(spec, runtime))
+    launch_env = {}
+    if launch_dir:
+        launch_env = engine.launch_env(prepare_launch_dir(launch_dir))
+        for v in launch_env.values():
+            Path(v).mkdir(parents=True, exist_ok=True)
+    env = engine.build_env(spec, runtime=runtime, launch_env=launch_env)
+    if launch_dir:
+        env[LAUNCH_MARKER] = str(launch_dir)
+    handle = spawn(argv, env, log_path, cwd=cwd)
+    return Launched(handle, port, argv, engine.command_preview(spec, runtime, launch_env))

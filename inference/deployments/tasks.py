@@ -26,3 +26,17 @@ def stop_deployment(deployment_id):
     from inference.deployments import services as deployments
 
     deployments.deployment_stop_process(deployment_id=deployment_id)
+
+
+@shared_task(name="inference.deployment_tasks.install_runtime")
+def install_runtime(runtime_id):
+    from inference.deployments import installs
+
+    installs.runtime_install_run(runtime_id=runtime_id)
+
+
+@shared_task(name="inference.deployment_tasks.uninstall_runtime")
+def uninstall_runtime(runtime_id):
+    from inference.deployments import installs
+
+    installs.runtime_uninstall_run(runtime_id=runtime_id)

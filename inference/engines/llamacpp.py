@@ -146,8 +146,8 @@ class LlamaCppEngine(Engine):
     def program(self, runtime: Runtime) -> list[str]:
         return [_program_path(runtime)]
 
-    def check_spec(self, spec: LaunchSpec) -> dict[str, str]:
-        p = super().check_spec(spec)
+    def check_spec(self, spec: LaunchSpec, runtime=None) -> dict[str, str]:
+        p = super().check_spec(spec, runtime)
         na = "does not apply to llama.cpp"
         if spec.quantization:
             p["quantization"] = f"{na}: the GGUF file's quantization is used"

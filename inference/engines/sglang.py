@@ -143,8 +143,8 @@ class SglangEngine(Engine):
             a += ["--trust-remote-code"]
         return a
 
-    def check_spec(self, spec: LaunchSpec) -> dict[str, str]:
-        p = super().check_spec(spec)
+    def check_spec(self, spec: LaunchSpec, runtime=None) -> dict[str, str]:
+        p = super().check_spec(spec, runtime)
         if spec.swap_space_gb is not None:
             p["swap_space_gb"] = "SGLang has no swap space; use CPU offload instead"
         return p

