@@ -48,6 +48,8 @@ class GpuConditions:
         self.memory_s = conf.MEMORY_FULL_S if memory_s is None else memory_s
         self.since: dict[tuple[str, str], float] = {}
         self.open: set[tuple[str, str]] = set()
+        # Resolved here, not in the first tick: the first reverse() loads every URLconf (~1 s).
+        self.link = reverse("monitoring")
 
     def observe(self, gpus: list[dict], xids: list[dict]) -> None:
         try:
@@ -60,7 +62,7 @@ class GpuConditions:
             log.exception("alert conditions could not be checked")
 
     def _fields(self, g: dict) -> dict:
-        return {"host": self.host, "link": reverse("monitoring"),
+        return {"host": self.host, "link": self.link,
                 "details": {"uuid": g.get("uuid"), "gpu": g.get("index"), "name": g.get("name")}}
 
     def _lasting(self, kind: str, g: dict, active: bool, needed_s: float, subject: str, extra: dict, now: float):
@@ -110,7 +112,7 @@ class GpuConditions:
 
     def _xid(self, x: dict) -> None:
         uuid = x.get("uuid") or str(x.get("gpu_index"))
-        self.raise_fn("gpu_xid", severity="critical", host=self.host, link=reverse("monitoring"),
+        self.raise_fn("gpu_xid", severity="critical", host=self.host, link=self.link,
                       key=f"xid:{uuid}:{x.get('xid')}",
                       subject=_("GPU %(i)s on %(host)s: %(what)s") % {"i": x.get("gpu_index"), "host": self.host,
                                                                      "what": x.get("description")},
@@ -215,7 +217,7 @@ class HostAgent(threading.Thread):
         while not self.stopping.wait(self.every_s):
             close_old_connections()
             try:
-                delivery.deliver_due()
+                delivery.deliver_due(stop=self.stopping)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("alert backstop failed")
             now = time.monotonic()

@@ -95,10 +95,13 @@ def due_ids(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S) -> list[int]:
     return list(AlertDelivery.objects.filter(pending | stale).order_by("pk").values_list("pk", flat=True)[:limit])
 
 
-def deliver_due(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S) -> int:
-    """Send what is due and was not picked up by a worker; returns attempts made."""
+def deliver_due(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S, stop=None) -> int:
+    """Send what is due and was not picked up by a worker; returns attempts made.
+    ``stop`` (a threading.Event) ends the round between two deliveries."""
     made = 0
     for pk in due_ids(limit, grace_s=grace_s):
+        if stop is not None and stop.is_set():
+            break
         try:
             if deliver(pk) is not None:
                 made += 1

@@ -120,6 +120,12 @@ def raise_event_nowait(kind: str, **fields) -> Future:
     return _executor.submit(call)
 
 
+def drain(timeout: float = 30.0) -> None:
+    """Wait until every event handed to raise_event_nowait so far is written (tests, shutdown)."""
+    if _executor is not None:
+        _executor.submit(lambda: None).result(timeout=timeout)
+
+
 def _raise(kind, *, severity, subject, link, host, deployment, details, resolved, key, when):
     if kind not in KINDS:
         raise ValueError(f"unknown alert kind {kind!r}: use one of {sorted(KINDS)}")
