@@ -41,6 +41,11 @@ if (_import_roots := os.environ.get("IMPORT_ROOTS")) is not None:
 # Model hubs. HF_ENDPOINT takes a mirror such as https://hf-mirror.com (the same
 # variable huggingface_hub reads). The tokens are sent only to their own endpoint.
 HF_ENDPOINT = envurl("HF_ENDPOINT", "https://huggingface.co", schemes=("http", "https")).rstrip("/")
+# The hub presets and the Models page offer first: huggingface, hf-mirror (Hugging Face
+# through HF_MIRROR_ENDPOINT, what users in China use) or modelscope. An operator's
+# choice on the Overview page (kept in DATA_DIR) wins over this default.
+PREFERRED_HUB = envchoice("PREFERRED_HUB", "", ("huggingface", "hf-mirror", "modelscope"))
+HF_MIRROR_ENDPOINT = envurl("HF_MIRROR_ENDPOINT", "https://hf-mirror.com", schemes=("http", "https")).rstrip("/")
 HF_TOKEN = os.environ.get("HF_TOKEN", "").strip()
 MODELSCOPE_ENDPOINT = envurl("MODELSCOPE_ENDPOINT", "https://www.modelscope.cn", schemes=("http", "https")).rstrip("/")
 MODELSCOPE_TOKEN = os.environ.get("MODELSCOPE_TOKEN", "").strip()
@@ -220,6 +225,8 @@ CONTENT_SECURITY_POLICY = {
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates and number grouping per language (dashboard/formats/<locale>/formats.py).
+FORMAT_MODULE_PATH = ["dashboard.formats"]
 LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
