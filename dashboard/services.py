@@ -68,6 +68,15 @@ def account_set_active(*, user, active):
     return ended
 
 
+def account_delete(*, user):
+    """Delete an account: its sessions end and its API keys go (the gateway's
+    copies are dropped first). The audit trail keeps its rows (they hold the
+    name, not a link), and usage and jobs keep theirs without the user."""
+    account_end_sessions(user=user)
+    forget_user_keys(user)
+    user.delete()
+
+
 def account_set_language(*, user, language):
     """Keep the language a user chose ("" = follow the browser) on their account."""
     Account.objects.update_or_create(user=user, defaults={"language": language})

@@ -32,6 +32,8 @@ urlpatterns = [
     path("users/<int:user_id>/reset-password", views.user_reset_password, name="user_reset_password"),
     path("users/<int:user_id>/end-sessions", views.user_end_sessions, name="user_end_sessions"),
     path("users/<int:user_id>/active", views.user_active, name="user_active"),
+    path("users/<int:user_id>/delete", views.user_delete, name="user_delete"),
+    path("settings/hub", views.hub_preference, name="hub_preference"),
     path("audit/", views.audit_page, name="audit"),
     path("audit.csv", views.audit_csv, name="audit_csv"),
     path("api/", api.urls),

@@ -32,7 +32,51 @@ def healthz(request):
 
 @require_GET
 def home(request):
-    return render(request, "dashboard/home.html", {"jobs": Job.objects.all()[:10], "host_name": settings.HOST_NAME})
+    """What is here (GPUs, running deployments, services) and what to do next."""
+    from inference.deployments import presets
+    from inference.deployments.services import preset_status
+    from inference.library.hubs import preference
+    from inference.models import Deployment
+    from monitoring.models import Gpu
+
+    host = settings.HOST_NAME
+    active = list(Deployment.objects.filter(status__in=Deployment.ACTIVE).order_by("-created")[:20])
+    ready = [d for d in active if d.status == Deployment.Status.READY]
+    demo = preset_status(presets.GEMMA_DEMO, host)
+    demo_running = next((d for d in active if d.profile_id and d.profile and d.profile.preset == presets.GEMMA_DEMO.slug),
+                        None)
+    return render(request, "dashboard/home.html", {
+        "jobs": Job.objects.all()[:10], "host_name": host,
+        "gpus": Gpu.objects.filter(host=host, present=True).order_by("index"),
+        "active": active, "ready": ready, "demo": demo, "demo_slug": presets.GEMMA_DEMO.slug,
+        "demo_running": demo_running, "demo_build": demo_build_job(),
+        "hub_chosen": preference.chosen_hub(), "hub_choices": [(k, preference.LABELS[k]) for k in preference.CHOICES],
+    })
+
+
+DEMO_ENGINE_BUILD = "demo-engine-build"
+
+
+def demo_build_job():
+    """The latest job building the demo engine (llama-server), if any."""
+    return Job.objects.filter(kind=DEMO_ENGINE_BUILD).order_by("-created").first()
+
+
+@require_POST
+@operator_required
+def hub_preference(request):
+    """The hub presets and the Models page offer first (asked on the Overview page at first start)."""
+    from inference.library.hubs import preference
+
+    hub = request.POST.get("hub", "")
+    if hub not in preference.CHOICES:
+        messages.error(request, _("Unknown hub “%(hub)s”: choose Hugging Face, the Hugging Face mirror or "
+                                  "ModelScope.") % {"hub": hub})
+    else:
+        preference.set_preferred_hub(hub)
+        messages.success(request, _("Models will be downloaded from %(hub)s first.") % {
+            "hub": preference.LABELS[hub]})
+    return redirect("home")
 
 
 @login_not_required
@@ -157,6 +201,20 @@ def user_active(request, user_id):
         services.account_set_active(user=user, active=active)
         message = _("%(user)s can sign in again.") if active else _("%(user)s is disabled and signed out.")
         messages.success(request, message % {"user": user.username})
+    return redirect("users")
+
+
+@require_POST
+@operator_required
+def user_delete(request, user_id):
+    """Delete a user (asked first on the page); never one's own account."""
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    if user == request.user:
+        messages.error(request, _("You cannot delete your own account; ask another operator."))
+    else:
+        name = user.username
+        services.account_delete(user=user)
+        messages.success(request, _("%(user)s is deleted; the audit trail keeps their actions.") % {"user": name})
     return redirect("users")
 
 

@@ -35,6 +35,9 @@ class PresetDownload:
     patterns: tuple[str, ...] = ("*",)  # glob patterns of the files to fetch
     revision: str = "main"
     role: str = "model"  # "model" or "draft" (speculative decoding)
+    # The same repository on ModelScope, where it is listed there (users in China
+    # reach it when huggingface.co is blocked); the files and sha256 are the same.
+    modelscope_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ QWEN_AWQ_TP2 = Preset(
     engine="vllm",
     downloads=(
         PresetDownload(HUGGINGFACE, "Qwen/Qwen3.8-27B-AWQ",
-                       ("*.safetensors", "*.json", "tokenizer*", "*.jinja", "*.txt")),
+                       ("*.safetensors", "*.json", "tokenizer*", "*.jinja", "*.txt"),
+                       modelscope_id="Qwen/Qwen3.8-27B-AWQ"),
     ),
     spec_values=dict(
         served_model_name="qwen3.8-27b-awq",
@@ -134,7 +138,8 @@ GGUF_Q5_ONE_GPU = Preset(
     slug="gguf-q5-k-m-llamacpp-1gpu",
     name="GGUF Q5_K_M on one GPU with llama.cpp",
     engine="llamacpp",
-    downloads=(PresetDownload(HUGGINGFACE, "Qwen/Qwen3.8-27B-GGUF", ("*Q5_K_M*.gguf",)),),
+    downloads=(PresetDownload(HUGGINGFACE, "Qwen/Qwen3.8-27B-GGUF", ("*Q5_K_M*.gguf",),
+                              modelscope_id="Qwen/Qwen3.8-27B-GGUF"),),
     spec_values=dict(
         served_model_name="qwen3.8-27b-q5_k_m",
         gpus=[0],

@@ -9,7 +9,19 @@ from inference.library import selectors
 # --------------------------------------------------------------------------- pages
 @require_GET
 def models_page(request):
+    from inference.library.hubs.preference import HF_MIRROR, MODELSCOPE, hf_endpoint_for, preferred_hub
+
+    # A preset's "Download the model" link fills in the form (?repo=&hub=&include=&endpoint=).
+    q = request.GET
+    preferred = preferred_hub()
+    hub = q.get("hub") if q.get("hub") in ("hf", "modelscope") else ("modelscope" if preferred == MODELSCOPE else "hf")
+    endpoint = q.get("endpoint", "")[:200]
+    if not endpoint and hub == "hf" and preferred == HF_MIRROR and hf_endpoint_for(HF_MIRROR) != settings.HF_ENDPOINT:
+        endpoint = hf_endpoint_for(HF_MIRROR)
+    prefill = {"hub": hub, "repo_id": q.get("repo", "")[:200], "include": q.get("include", "")[:500],
+               "revision": q.get("revision", "")[:100], "endpoint": endpoint}
     return render(request, "library/models.html", {
+        "prefill": prefill,
         "models": [m.live_dict() for m in selectors.model_list()],
         "disk": selectors.models_disk(),
         "host_name": settings.HOST_NAME,

@@ -103,12 +103,15 @@
   const addError = document.getElementById("add-error");
   const preview = document.getElementById("preview");
   const formData = () => Object.fromEntries(new FormData(form).entries());
-  form.hub.addEventListener("change", () => {
+  const hubHints = () => {
     const hub = form.hub.value;
     form.endpoint.placeholder = form.endpoint.dataset[hub];
     form.token.placeholder = form.token.dataset[hub];
     form.revision.placeholder = hub === "hf" ? "main" : "master";
-  });
+  };
+  // An endpoint filled in for one hub (the HF mirror) is wrong for the other.
+  form.hub.addEventListener("change", () => { form.endpoint.value = ""; hubHints(); });
+  hubHints();  // the page may open on ModelScope (preferred hub, or a preset's link)
   const showError = (node, res) => { node.textContent = res.body.error ? res.body.error.message : `HTTP ${res.status}`; node.hidden = false; };
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();

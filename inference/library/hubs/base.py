@@ -191,9 +191,11 @@ def get_with_retries(client: httpx.Client, url: str, *, headers: dict, hub: str,
                     break
             else:
                 time.sleep(delay)
+    from inference.library.hubs.preference import unreachable_advice  # reads settings; imported when needed
+
     raise HubError(f"The hub at {url} did not answer properly after "
                    f"{retry.attempts} tries ({last}). Try again later or check the "
-                   "endpoint setting.", hub=hub, code="Unavailable")
+                   f"endpoint setting. {unreachable_advice(hub, url)}", hub=hub, code="Unavailable")
 
 
 @dataclass
