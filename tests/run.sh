@@ -16,6 +16,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >&2
 fi
 
+if ! command -v xgettext >/dev/null 2>&1; then
+  # tests/i18n extracts the messages again to check locale/ is in step (the .mo files are committed).
+  echo "kiln: installing Debian's gettext for the translation tests" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q gettext >&2
+fi
+
 PYTHON=$(python3 dashboard/bootstrap.py requirements.txt tests/requirements.txt)
 # pytest exits 5 when no test ran; set -e makes that (like any failure) fail this script.
 exec "$PYTHON" -m pytest -c tests/pytest.ini --rootdir=. "$@"

@@ -38,7 +38,7 @@ ALLOWED_WORDS = {
     "KiB", "TiB", "GB", "MB", "B", "s", "ms", "W", "MHz", "sha256", "HF", "Hugging", "Face", "ModelScope",
     "OpenAI", "Qwen", "Gemma", "NVFP4", "AWQ", "GPTQ", "fp16", "bf16", "fp8", "V100", "H200", "Playwright",
     "Celery", "Redis", "vs", "p50", "p90", "p95", "p99", "QPS", "RPS", "x", "curl", "Python", "openai", "torch",
-    "CUDA", "main", "dtype", "NVIDIA",
+    "CUDA", "main", "dtype", "NVIDIA", "Slack", "HTTP", "HTTPS", "SMTP", "TLS", "STARTTLS", "Webhook", "Lark", "JSONL",
 }
 READ_ATTRS = {"title", "placeholder", "aria-label", "alt", "data-confirm", "data-question"}
 SKIP_ELEMENTS = {"pre", "code", "kbd", "samp", "script", "style"}
@@ -134,7 +134,7 @@ CODE_CALLS = re.compile(
     r"(?:querySelector(?:All)?|getElementById|getElementsByClassName|createElement|closest|matches|"
     r"addEventListener|removeEventListener|setAttribute|getAttribute|removeAttribute|hasAttribute|"
     r"classList\.(?:add|remove|toggle|contains|replace)|toggleAttribute|\.get|\.set|\.has|\.append(?=\(\s*[\"'][a-z_]+[\"']\s*,)|"
-    r"getJSON|postJSON|fetch|Kiln\.live\.on|live\.on|new\s+WebSocket|Plotly\.\w+|el|h|\.startsWith|\.endsWith|\.includes|"
+    r"getJSON|postJSON|fetch|Kiln\.live\.on|live\.on|new\s+WebSocket|Plotly\.\w+|\.startsWith|\.endsWith|\.includes|"
     r"\.split|\.join|\.replace|\.match|\.test|\.indexOf|\.padStart|toLocaleString|Intl\.\w+|new\s+Date|"
     r"encodeURIComponent|RegExp|localStorage\.\w+|sessionStorage\.\w+)\s*\($"
 )
@@ -206,13 +206,20 @@ def untranslated_js_literals(source: str, allowed: set[str]) -> list[str]:
     for m in LITERAL.finditer(source):
         literal = m.group(0)
         text = re.sub(r"\$\{[^}]*\}", " ", literal[1:-1]) if literal[0] == "`" else literal[1:-1]
+        text = re.sub(r"<[^>]*>?|^[^<]*>", " ", text)  # markup in innerHTML templates is code
         if not PROSE.search(text) or CODE_LIKE.match(text) or literal in allowed:
             continue
         before = source[max(0, m.start() - 40):m.start()]
         if CODE_KEYS.search(before) or _inside_gettext(source, m.start()):
             continue
-        if CODE_CALLS.search(_call_before(source, m.start()) or "\x01"):
+        if re.search(r"[{,]\s*$", before) and re.match(r"\s*:", source[m.end():]):
+            continue  # an object's key: { "Memory": ... }
+        call = _call_before(source, m.start())
+        if CODE_CALLS.search(call or "\x01"):
             continue
+        if re.search(r"\b(?:el|h)\($", call) and source[m.start() - 1] == "(":
+            continue  # el("tag", ...): the tag name
+
         found.append(literal if len(literal) < 90 else literal[:87] + "…")
     return found
 

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.management import BaseCommand, CommandError, call_command
 
 # Never scanned: the virtualenv and data folders, the tests, vendored JS (plotly).
-IGNORE = ["data/*", "test-artifacts/*", "tests/*", "bench/*", "static/vendor/*", "staticfiles/*", ".venv/*"]
+IGNORE = ["data/*", "test-artifacts/*", "tests/*", "bench/*", "static/vendor/*", "staticfiles/*", ".venv/*",
+          "locale"]  # locale/ is LOCALE_PATHS[0] already; ignored so a scratch LOCALE_PATHS (tests) wins
 LOCALES = [code.replace("-hans", "_Hans") for code, _name in settings.LANGUAGES if code != settings.LANGUAGE_CODE]
 
 
