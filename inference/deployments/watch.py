@@ -178,13 +178,13 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
         return None
     if status not in Deployment.WATCHED:
         watchers.pop(dep.pk, None)
-    alert_hooks.deployment_watched(dep, w.state, actions)  # crashed / failed / unhealthy -> alerts (non-blocking)
     lines, log_from, log_to = w.follower.take()
     if lines and dep.engine == "vllm":
         # vLLM prints what it really allocated (weights GiB, KV cache GiB and tokens,
         # maximum concurrency) while it starts: keep it beside the estimate.
         record_capacity(dep, lines)
     dep.refresh_from_db()
+    alert_hooks.deployment_watched(dep, w.state, actions)  # crashed / failed / unhealthy -> alerts (non-blocking)
     if lines or note or (dep.status, dep.phase) != before or actions:
         return message_for(dep, lines, note, (log_from, log_to))
     return None
