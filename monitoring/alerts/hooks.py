@@ -36,6 +36,11 @@ def deployment_watched(dep, state, actions) -> None:
             for kind in ("engine_crashed", "engine_failed", "deployment_unhealthy"):
                 raise_event_nowait(kind, resolved=True, **base,
                                    subject=_("“%(name)s” is ready again") % {"name": dep.name})
+    if dep.status == "failed" and not any(a.kind == "failed" for a in actions):
+        # The restart itself failed (its port taken, the binary gone): no "failed" action says so.
+        raise_event_nowait("engine_failed", severity="critical", **base,
+                           subject=_("“%(name)s” failed: %(reason)s") % {"name": dep.name, "reason": dep.failure},
+                           details={"reason": dep.failure, "hint": dep.hint})
     now = time.monotonic()
     # From the first failed health check (or crash) until it is ready and healthy again.
     failing = ((state.status == "ready" and state.unhealthy_ticks > 0) or state.status == "restarting"
