@@ -76,6 +76,8 @@ ACTIONS: dict[str, str] = {
     "profile_launch": "profile.launch",
     "runtime_create": "runtime.create",
     "runtime_detect": "runtime.detect",
+    "runtime_install": "runtime.install",
+    "runtime_uninstall": "runtime.uninstall",
     # alerts (pages)
     "alert_channel_new": "alert_channel.create",
     "alert_channel_edit": "alert_channel.edit",
@@ -101,6 +103,8 @@ ACTIONS: dict[str, str] = {
     "api:api_deployment_stop": "deployment.stop",
     "api:api_deployment_restart": "deployment.restart",
     "api:api_runtimes_register": "runtime.create",
+    "api:api_runtime_install": "runtime.install",
+    "api:api_runtime_uninstall": "runtime.uninstall",
     # /api/: benchmarks
     "api:api_benchmarks_start": "benchmark.start",
     "api:api_benchmark_import": "benchmark.import",

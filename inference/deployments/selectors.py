@@ -78,7 +78,26 @@ def runtime_dict(rt: EngineRuntime) -> dict:
         "id": rt.pk, "name": rt.name, "host": rt.host, "engine": rt.engine, "kind": rt.kind, "path": rt.path,
         "image": rt.image, "version": rt.version, "torch_cuda": rt.torch_cuda, "cuda_archs": rt.cuda_archs,
         "detect_status": rt.detect_status, "detect_detail": rt.detect_detail, "detected_at": _ts(rt.detected_at),
+        # A managed runtime's install job (empty for one registered by hand).
+        "catalog_key": rt.catalog_key, "status": rt.install_status, "status_label": rt.get_install_status_display(),
+        "colour": rt.install_colour, "install_step": rt.install_step, "install_progress": rt.install_progress,
+        "install_log": rt.install_log, "install_error": rt.install_error,
+        "install_started": _ts(rt.install_started), "install_finished": _ts(rt.install_finished),
+        "install_bytes": rt.install_bytes,
     }
+
+
+def catalog_rows(host=None) -> list[dict]:
+    """The engine catalog as the Runtimes page shows it: each build, and whether it is installed here."""
+    from inference.deployments.runtimes import HARDWARE, catalog
+
+    host = host or settings.HOST_NAME
+    installed = {}
+    for rt in EngineRuntime.objects.filter(host=host).exclude(catalog_key=""):
+        installed.setdefault(rt.catalog_key, rt)
+    order = {h: i for i, h in enumerate(HARDWARE)}
+    return [{"build": b, "runtime": installed.get(b.key)}
+            for b in sorted(catalog().values(), key=lambda b: (order[b.hardware], not b.installable))]
 
 
 LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")

@@ -11,6 +11,9 @@ urlpatterns = [
     path("deployments/profiles/new", v.profile_edit, name="profile_new"),
     path("deployments/profiles/<int:profile_id>/", v.profile_edit, name="profile_edit"),
     path("deployments/profiles/<int:profile_id>/launch", v.profile_launch, name="profile_launch"),
+    path("deployments/runtimes/", v.runtimes, name="runtimes"),
+    path("deployments/runtimes/install", v.runtime_install, name="runtime_install"),
+    path("deployments/runtimes/<int:runtime_id>/uninstall", v.runtime_uninstall, name="runtime_uninstall"),
     path("deployments/runtimes/new", v.runtime_create, name="runtime_create"),
     path("deployments/runtimes/<int:runtime_id>/detect", v.runtime_detect, name="runtime_detect"),
 ]

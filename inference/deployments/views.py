@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.roles import is_operator, operator_required
+from inference.deployments import installs
 from inference.deployments import selectors as sel
 from inference.deployments import services as svc
 from inference.deployments.forms import LaunchProfileForm, RuntimeForm
@@ -153,7 +154,7 @@ def runtime_create(request):
     else:
         messages.error(request, _("Runtime not registered: ") + "; ".join(
             f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
-    return redirect("deployments")
+    return redirect("runtimes" if request.POST.get("from") == "runtimes" else "deployments")
 
 
 @require_POST
@@ -161,4 +162,44 @@ def runtime_create(request):
 def runtime_detect(request, runtime_id):
     rt = sel.runtime_get_or_404(runtime_id)
     svc.runtime_queue_detect(runtime=rt)
-    return redirect("deployments")
+    return redirect("runtimes" if request.POST.get("from") == "runtimes" else "deployments")
+
+
+# --------------------------------------------------------------------------- runtimes page
+
+
+@require_GET
+def runtimes(request):
+    """Engine runtimes: the catalog of known-good builds (Install), what is installed or registered here."""
+    return render(request, "deployments/runtimes.html", {
+        "runtimes": sel.runtime_list(), "catalog": sel.catalog_rows(),
+        "runtime_form": RuntimeForm(initial={"kind": "venv"}), "host_name": settings.HOST_NAME,
+        "wanted": request.GET.get("build", ""),
+    })
+
+
+@require_POST
+@operator_required
+def runtime_install(request):
+    try:
+        row = installs.runtime_install(build_key=request.POST.get("build", ""), name=request.POST.get("name", ""),
+                                       user=request.user)
+    except svc.DeploymentError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("Installing %(name)s on %(host)s; progress shows below.")
+                         % {"name": row.name, "host": row.host})
+    return redirect("runtimes")
+
+
+@require_POST
+@operator_required
+def runtime_uninstall(request, runtime_id):
+    row = sel.runtime_get_or_404(runtime_id)
+    try:
+        installs.runtime_uninstall(runtime=row, user=request.user)
+    except svc.DeploymentError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("Removing %(name)s from %(host)s.") % {"name": row.name, "host": row.host})
+    return redirect("runtimes")
