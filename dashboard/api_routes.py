@@ -6,6 +6,7 @@ never pulls in an area's code, and this router is registered in dashboard/urls.p
 like any other area's.
 """
 from django.conf import settings
+from django.utils.translation import gettext as _
 from ninja import Query, Status
 
 from dashboard import services
@@ -43,5 +44,5 @@ def worker_check(request):
 def job_detail(request, job_id: RowId):
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
-        raise ApiError("not_found", f"No job #{job_id}.", 404)
+        raise ApiError("not_found", _("No job #%(id)s.") % {"id": job_id}, 404)
     return {"job": job.as_dict()}

@@ -4,6 +4,7 @@ from typing import Any, Union
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
+from django.utils.translation import gettext as _
 from ninja import File, Form, Query, Status, UploadedFile
 
 from dashboard.api import BAD_BODY_CODES, ApiError, ErrorOut, RowId, Text, operator, router
@@ -27,7 +28,7 @@ def refusal(exc: services.BenchmarkInputError, status: int = 400) -> ApiError:
 def run_or_404(run_id: int) -> BenchmarkRun:
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        raise ApiError("not_found", f"No benchmark run #{run_id}.", 404)
+        raise ApiError("not_found", _("No benchmark run #%(id)s.") % {"id": run_id}, 404)
     return run
 
 
@@ -44,7 +45,7 @@ def benchmark_start(request, body: RunStart):
     """Queue a run of a preset scenario against a ready deployment on its host's worker."""
     deployment = Deployment.objects.select_related("profile__runtime", "model").filter(pk=body.deployment).first()
     if deployment is None:
-        raise ApiError("not_found", f"No deployment #{body.deployment}.", 404)
+        raise ApiError("not_found", _("No deployment #%(id)s.") % {"id": body.deployment}, 404)
     overrides = body.model_dump(include={*services.OVERRIDE_LIMITS, "sweep"}, exclude_none=True)
     try:
         run = services.benchmark_start(deployment=deployment, scenario=body.scenario, user=request.user,
@@ -64,7 +65,7 @@ def benchmark_compare(request, ids: RunIds = Query([], description="Run ids sepa
     found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=ids).select_related("deployment")}
     missing = [i for i in ids if i not in found]
     if missing:
-        raise ApiError("not_found", f"No benchmark run #{missing[0]}.", 404)
+        raise ApiError("not_found", _("No benchmark run #%(id)s.") % {"id": missing[0]}, 404)
     try:
         return services.compare_runs([found[i] for i in ids], baseline, bandwidth)
     except services.BenchmarkInputError as exc:
@@ -83,7 +84,7 @@ def benchmark_import(request, file: UploadedFile = File(None), label: Text = For
                            fields={"file": "must not contain a NUL character (\\x00)"})
         data, name = file.read(), file.name
     elif request.content_type == "multipart/form-data":
-        raise ApiError("invalid", "file: choose a result file to import.", fields={"file": "Field required"})
+        raise ApiError("invalid", _("file: choose a result file to import."), fields={"file": "Field required"})
     else:
         try:
             data = request.body
@@ -120,7 +121,7 @@ def benchmark_export(request, run_id: RowId):
     """The run as `vllm bench serve --save-result` JSON (a list for a sweep), as a file to save."""
     run = run_or_404(run_id)
     if not run.result:
-        raise ApiError("no_result", f"Run #{run_id} is {run.status} and has no result to export yet.", 409)
+        raise ApiError("no_result", _("Run #%(id)s is %(status)s and has no result to export yet.") % {"id": run_id, "status": run.get_status_display()}, 409)
     response = HttpResponse(json.dumps(services.benchmark_export(run), indent=2, default=str),
                             content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="kiln-benchmark-{run.pk}.json"'

@@ -1,6 +1,8 @@
 """Benchmark pages (their JSON API is inference/benchmarks/api.py). Thin: services.py does the work."""
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.api import MAX_INT
@@ -40,7 +42,7 @@ def _runs_for(ids):
     found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=ids).select_related("deployment")}
     missing = [i for i in ids if i not in found]
     if missing:
-        raise svc.BenchmarkInputError(f"No benchmark run #{missing[0]}.", code="not_found")
+        raise svc.BenchmarkInputError(_("No benchmark run #%(id)s.") % {"id": missing[0]}, code="not_found")
     return [found[i] for i in ids]
 
 
@@ -114,13 +116,13 @@ def benchmark_compare(request):
 def benchmark_import_page(request):
     upload = request.FILES.get("file")
     if upload is None:
-        messages.error(request, "Choose a result file to import (vllm bench --save-result JSON or a guidellm report).")
+        messages.error(request, _("Choose a result file to import (vllm bench --save-result JSON or a guidellm report)."))
         return redirect("benchmarks")
     try:
         run = svc.benchmark_import(data=upload.read(), file_name=upload.name, user=request.user,
                                    label=request.POST.get("label", ""))
     except svc.BenchmarkInputError as exc:
-        messages.error(request, f"Not imported: {exc}")
+        messages.error(request, _("Not imported: %(reason)s") % {"reason": exc})
         return redirect("benchmarks")
-    messages.success(request, f"Imported {upload.name} as run #{run.pk} ({len(run.result)} result(s)).")
+    messages.success(request, ngettext("Imported %(file)s as run #%(id)s (%(count)s result).", "Imported %(file)s as run #%(id)s (%(count)s results).", len(run.result)) % {"file": upload.name, "id": run.pk, "count": len(run.result)})
     return redirect("benchmark_detail", run_id=run.pk)

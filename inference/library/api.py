@@ -1,4 +1,5 @@
 """The model library's JSON API (/api/models/...). Thin: the work is in services."""
+from django.utils.translation import gettext as _
 from ninja import Status
 
 from dashboard.api import ApiError, ErrorOut, RowId, operator, router
@@ -40,7 +41,7 @@ def hub_args(body: HubRequest) -> dict:
         "token": (body.token or "").strip(),
     }
     if not args["repo_id"]:
-        raise ApiError("repo_id_required", "Paste a model id such as Qwen/Qwen3-8B.")
+        raise ApiError("repo_id_required", _("Paste a model id such as Qwen/Qwen3-8B."))
     return args
 
 

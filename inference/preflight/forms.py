@@ -9,6 +9,8 @@ engine_version + sm70_build (planning without a registered runtime) and target
 """
 
 from django import forms
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from inference.deployments import presets
 from inference.deployments.forms import speculative_config_from
@@ -23,14 +25,14 @@ KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "f16", "bf16", "f
 
 class PreflightForm(forms.Form):
     runtime = forms.ModelChoiceField(queryset=EngineRuntime.objects.all(), required=False,
-                                     error_messages={"invalid_choice": "no such runtime; pick one from the list"})
+                                     error_messages={"invalid_choice": gettext_lazy("no such runtime; pick one from the list")})
     engine = forms.ChoiceField(choices=[("", "—")] + list(EngineRuntime.Engine.choices), required=False)
     engine_version = forms.CharField(required=False, max_length=100)
     sm70_build = forms.BooleanField(required=False)
     model = forms.ModelChoiceField(queryset=ModelArtifact.objects.all(), required=False,
-                                   error_messages={"invalid_choice": "no such model; pick one from the list"})
+                                   error_messages={"invalid_choice": gettext_lazy("no such model; pick one from the list")})
     preset = forms.ChoiceField(choices=[("", "—")] + [(p.slug, p.name) for p in presets.PRESETS], required=False)
-    target = forms.ChoiceField(choices=[("", "this host's GPUs")] + [(t.slug, t.label) for t in PLANNING_TARGETS],
+    target = forms.ChoiceField(choices=[("", gettext_lazy("this host's GPUs"))] + [(t.slug, t.label) for t in PLANNING_TARGETS],
                                required=False)
     gpus = forms.CharField(required=False)
     tensor_parallel_size = forms.IntegerField(required=False, min_value=1, max_value=64)
@@ -51,19 +53,19 @@ class PreflightForm(forms.Form):
         try:
             return [int(x) for x in text.split(",") if x != ""]
         except ValueError:
-            raise forms.ValidationError("GPUs are indexes separated by commas, such as 0,1") from None
+            raise forms.ValidationError(_("GPUs are indexes separated by commas, such as 0,1")) from None
 
     def clean_dtype(self):
         value = (self.cleaned_data.get("dtype") or "").strip().lower()
         if value and value not in DTYPES:
-            raise forms.ValidationError(f"unknown dtype {value!r}; use auto, half, bfloat16 or float32")
+            raise forms.ValidationError(_("unknown dtype %(value)r; use auto, half, bfloat16 or float32") % {"value": value})
         return value
 
     def clean_kv_cache_dtype(self):
         value = (self.cleaned_data.get("kv_cache_dtype") or "").strip().lower()
         if value and value not in KV_DTYPES:
-            raise forms.ValidationError(f"unknown KV cache dtype {value!r}; use auto or fp8 (vLLM), "
-                                        "f16, q8_0 or q4_0 (llama.cpp)")
+            raise forms.ValidationError(_("unknown KV cache dtype %(value)r; use auto or fp8 (vLLM), "
+                                          "f16, q8_0 or q4_0 (llama.cpp)") % {"value": value})
         return value
 
     def clean_speculative_config(self):
@@ -78,7 +80,7 @@ class PreflightForm(forms.Form):
     def clean(self):
         data = super().clean()
         if not data.get("runtime") and not data.get("engine") and not data.get("preset") and not self.errors:
-            self.add_error("runtime", "choose a runtime, or an engine to plan with")
+            self.add_error("runtime", _("choose a runtime, or an engine to plan with"))
         return data
 
 
