@@ -32,6 +32,7 @@ class Finding(Schema):
     code: str
     message: str
     fix: str
+    install_url: str = ""  # the Runtimes page at the engine build to install (catalog findings)
 
 
 class GpuBudget(Schema):

@@ -26,6 +26,7 @@ from inference.deployments.presets import PRESET_META_DIR
 from inference.preflight import fit
 from inference.preflight import rules as preflight
 from inference.preflight.fit import GPU, GiB, MiB, FitError, LaunchSettings
+from inference.preflight.catalog import catalog_findings
 from inference.preflight.rules import Finding, RuntimeInfo
 from inference.preflight.capacity import compare_with_estimate, parse_vllm_capacity
 
@@ -329,6 +330,7 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
         _tidy_suggestions(report)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
+        findings += catalog_findings(info, gpus)  # which catalog build to install for this hardware
     except preflight.RulesError as exc:
         findings.append(Finding("error", "rules-file", str(exc), "fix inference/preflight/rules.toml"))
     findings.sort(key=lambda f: f.level != "error")
