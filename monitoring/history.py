@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext_lazy
 
 from monitoring.models import EngineSample, Gpu, GpuSample, Tier, XidEvent
 
@@ -259,12 +260,12 @@ def upsert_gpus(host: str, infos: list[dict], *, driver: str | None, cuda: str |
 # ------------------------------------------------------------------- reads
 
 RANGES = {  # name -> (seconds, label)
-    "15m": (15 * 60, "last 15 minutes"),
-    "1h": (3600, "last hour"),
-    "6h": (6 * 3600, "last 6 hours"),
-    "24h": (24 * 3600, "last 24 hours"),
-    "7d": (7 * 24 * 3600, "last 7 days"),
-    "30d": (30 * 24 * 3600, "last 30 days"),
+    "15m": (15 * 60, gettext_lazy("last 15 minutes")),
+    "1h": (3600, gettext_lazy("last hour")),
+    "6h": (6 * 3600, gettext_lazy("last 6 hours")),
+    "24h": (24 * 3600, gettext_lazy("last 24 hours")),
+    "7d": (7 * 24 * 3600, gettext_lazy("last 7 days")),
+    "30d": (30 * 24 * 3600, gettext_lazy("last 30 days")),
 }
 
 

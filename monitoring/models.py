@@ -7,14 +7,15 @@ live for MONITOR_RAW_RETENTION (1 h: ~29k rows), 10 s averages for a day
 and prunes each tier by its retention (monitoring/history.py).
 """
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Tier(models.IntegerChoices):
     """Seconds per history point; 0 is every sample."""
 
-    RAW = 0, "every sample"
-    TEN_SECONDS = 10, "10 s averages"
-    ONE_MINUTE = 60, "1 min averages"
+    RAW = 0, _("every sample")
+    TEN_SECONDS = 10, _("10 s averages")
+    ONE_MINUTE = 60, _("1 min averages")
 
 
 class Gpu(models.Model):

@@ -5,6 +5,7 @@ import datetime as dt
 
 import redis
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from dashboard import services
 from monitoring import history
@@ -20,7 +21,7 @@ def monitor_states() -> tuple[list[dict], str | None]:
     try:
         return services.monitor_heartbeats(), None
     except (redis.RedisError, OSError) as exc:
-        return [], f"Redis is not reachable, so live data cannot arrive ({exc})."
+        return [], _("Redis is not reachable, so live data cannot arrive (%(error)s).") % {"error": exc}
 
 
 def recent_xid_events(limit: int = 20):
@@ -35,7 +36,7 @@ def _parse_time(name: str, raw: str) -> dt.datetime:
     try:
         value = dt.datetime.fromisoformat(raw)
     except ValueError:
-        raise BadRange(f"{name}={raw!r} is not a date and time: use e.g. 2026-01-31T14:00.") from None
+        raise BadRange(_("%(name)s=%(raw)r is not a date and time: use e.g. 2026-01-31T14:00.") % {"name": name, "raw": raw}) from None
     if timezone.is_naive(value):
         value = timezone.make_aware(value)
     return value
@@ -47,16 +48,17 @@ def history_window(params, now: dt.datetime | None = None) -> dict:
     start_raw, end_raw = (params.get("start") or "").strip(), (params.get("end") or "").strip()
     if start_raw or end_raw:
         if not start_raw:
-            raise BadRange("A custom range needs a start: give start=... (and end=..., or leave it for 'now').")
+            raise BadRange(_("A custom range needs a start: give start=... (and end=..., or leave it for 'now')."))
         start = _parse_time("start", start_raw)
         end = _parse_time("end", end_raw) if end_raw else now
         if end <= start:
-            raise BadRange(f"The range ends ({end:%Y-%m-%d %H:%M}) before it starts ({start:%Y-%m-%d %H:%M}).")
-        name, label = "custom", f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
+            raise BadRange(_("The range ends (%(end)s) before it starts (%(start)s).") % {
+                "end": f"{end:%Y-%m-%d %H:%M}", "start": f"{start:%Y-%m-%d %H:%M}"})
+        name, label = "custom", _("%(start)s to %(end)s") % {"start": f"{start:%Y-%m-%d %H:%M}", "end": f"{end:%Y-%m-%d %H:%M}"}
     else:
         name = params.get("range") or "1h"
         if name not in history.RANGES:
-            raise BadRange(f"range={name!r} is not one Kiln offers: use one of {', '.join(history.RANGES)}.")
+            raise BadRange(_("range=%(name)r is not one Kiln offers: use one of %(ranges)s.") % {"name": name, "ranges": ", ".join(history.RANGES)})
         seconds, label = history.RANGES[name]
         start, end = now - dt.timedelta(seconds=seconds), now
     tier = history.pick_tier(start, end, now)
