@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import IntegrityError, OperationalError, close_old_connections, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -93,12 +94,18 @@ def raise_event(kind: str, *, severity=None, subject: str = "", link: str = "", 
     """Record an event and queue its deliveries. Returns the new event row, or
     None when nothing new was recorded (a repeat of an open incident, nothing
     open to resolve, or an error, which is logged)."""
-    try:
-        return _raise(kind, severity=severity, subject=subject, link=link, host=host, deployment=deployment,
-                      details=details, resolved=resolved, key=key, when=when)
-    except Exception:  # noqa: BLE001 - an alert must never break the code that raised it
-        log.exception("alert %s (%s) not recorded", kind, subject)
-        return None
+    for attempt in range(4):
+        try:
+            return _raise(kind, severity=severity, subject=subject, link=link, host=host, deployment=deployment,
+                          details=details, resolved=resolved, key=key, when=when)
+        except OperationalError as exc:  # SQLite busy with the history writer: try again shortly
+            if attempt == 3:
+                log.error("alert %s (%s) not recorded: %s", kind, subject, exc)
+                return None
+            time.sleep(0.1 * 2 ** attempt)
+        except Exception:  # noqa: BLE001 - an alert must never break the code that raised it
+            log.exception("alert %s (%s) not recorded", kind, subject)
+            return None
 
 
 _executor: ThreadPoolExecutor | None = None

@@ -66,7 +66,10 @@ def artifact_failed(artifact_id: int) -> None:
     if artifact is None:
         return
     report = artifact.verify_report or {}
-    verification = bool(report.get("changed") or report.get("missing")) or "sha256" in (artifact.error or "").lower()
+    error = (artifact.error or "").lower()
+    # A re-verify that found changed or missing files, or a download whose bytes did not match the hub's hash.
+    verification = bool(report.get("changed") or report.get("missing")) or "match the hub's hash" in error \
+        or "sha256" in error
     kind = "verify_failed" if verification else "download_failed"
     subject = (_("A file of “%(name)s” failed verification") if verification
                else _("Download of “%(name)s” failed")) % {"name": str(artifact)}
