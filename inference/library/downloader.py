@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
+from django.utils.translation import gettext
+
 from inference.library import transfer
 from inference.library.hubs.base import (RemoteFile, RetryPolicy, UnsafePathError,
                                  is_transient_status, retry_after_seconds,
@@ -68,13 +70,14 @@ class HashMismatchError(DownloadError):
 
 class NotEnoughDiskSpace(DownloadError):
     def __init__(self, check: "SpaceCheck"):
-        super().__init__(
-            f"Not enough disk space in {check.folder}: the download needs "
-            f"{_gib(check.still_needed)} more (total {_gib(check.total)}, "
-            f"{_gib(check.already_on_disk)} already on disk) but only "
-            f"{_gib(check.free)} is free"
-            + (f" after keeping {_gib(check.reserve)} in reserve" if check.reserve else "")
-            + ". Free some space or choose fewer files.")
+        sizes = {"folder": check.folder, "needed": _gib(check.still_needed), "total": _gib(check.total),
+                 "on_disk": _gib(check.already_on_disk), "free": _gib(check.free), "reserve": _gib(check.reserve)}
+        super().__init__((gettext(
+            "Not enough disk space in %(folder)s: the download needs %(needed)s more (total %(total)s, %(on_disk)s "
+            "already on disk) but only %(free)s is free after keeping %(reserve)s in reserve. Free some space or "
+            "choose fewer files.") if check.reserve else gettext(
+            "Not enough disk space in %(folder)s: the download needs %(needed)s more (total %(total)s, %(on_disk)s "
+            "already on disk) but only %(free)s is free. Free some space or choose fewer files.")) % sizes)
         self.check = check
 
 

@@ -93,7 +93,8 @@ def _check_endpoint(endpoint):
         return ""
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise LibraryError(f"Endpoint {endpoint!r} is not an http(s) address such as https://hf-mirror.com.", "bad_endpoint")
+        raise LibraryError(gettext("Endpoint %(endpoint)r is not an http(s) address such as https://hf-mirror.com.")
+                           % {"endpoint": endpoint}, "bad_endpoint")
     return endpoint
 
 
@@ -112,7 +113,8 @@ def _token_for(source, endpoint, override):
 
 def hub_for(source, *, endpoint="", token=""):
     if source not in (Source.HUGGINGFACE, Source.MODELSCOPE):
-        raise LibraryError(f"Hub {source!r} is not one Kiln knows: use 'hf' (Hugging Face) or 'modelscope'.", "bad_hub")
+        raise LibraryError(gettext("Hub %(hub)r is not one Kiln knows: use 'hf' (Hugging Face) or 'modelscope'.")
+                           % {"hub": source}, "bad_hub")
     endpoint = _check_endpoint(endpoint) or _default_endpoint(source)
     token = _token_for(source, endpoint, (token or "").strip())
     cls = HuggingFaceHub if source == Source.HUGGINGFACE else ModelScopeHub
@@ -172,8 +174,9 @@ def model_download_preview(*, source, repo_id, revision="", include=(), exclude=
         revision = "main" if source == Source.HUGGINGFACE else MS_DEFAULT_REVISION
     listing = hub.list_files(repo_id, revision, include=patterns(include), exclude=patterns(exclude))
     if not listing.files:
-        raise LibraryError(f"No file of {listing.repo_id} at {listing.revision!r} matches the include/exclude "
-                           "patterns. Clear them to see every file, or use patterns such as *.safetensors.", "no_files")
+        raise LibraryError(gettext("No file of %(repo)s at %(revision)r matches the include/exclude patterns. Clear "
+                                   "them to see every file, or use patterns such as *.safetensors.")
+                           % {"repo": listing.repo_id, "revision": listing.revision}, "no_files")
     folder = download_folder(source, listing.repo_id, listing.revision)
     space = check_disk_space(listing.files, folder, reserve_bytes=_reserve(), raise_if_short=False)
     return Preview(source, listing.repo_id, listing.revision, hub.endpoint, listing.files, folder, space)
@@ -224,8 +227,9 @@ def _overlap_check(folder, paths, exclude_id=None):
     for other in selectors.model_active_in_folder(folder, exclude_id=exclude_id):
         theirs = {f.get("path") for f in other.files if isinstance(f, dict)}
         if theirs & set(paths):
-            raise LibraryError(f"{other.name} (#{other.pk}) is already downloading some of these files into {folder}; "
-                               "wait for it to finish or cancel it first.", "busy")
+            raise LibraryError(gettext("%(name)s (#%(id)s) is already downloading some of these files into %(folder)s; "
+                                       "wait for it to finish or cancel it first.")
+                               % {"name": other.name, "id": other.pk, "folder": folder}, "busy")
 
 
 def model_download_start(*, user, source, repo_id, revision="", include=(), exclude=(), endpoint="", token=""):
@@ -238,8 +242,8 @@ def model_download_start(*, user, source, repo_id, revision="", include=(), excl
     _overlap_check(preview.folder, paths)
     for ready in ModelArtifact.objects.filter(folder=preview.folder, status=Status.READY):
         if set(ready.recorded_hashes) == set(paths):
-            raise LibraryError(f"These files are already in the library as {ready.name} (#{ready.pk}); "
-                               "use Re-verify to check them.", "duplicate")
+            raise LibraryError(gettext("These files are already in the library as %(name)s (#%(id)s); "
+                                       "use Re-verify to check them.") % {"name": ready.name, "id": ready.pk}, "duplicate")
     ggufs = [p for p in paths if p.lower().endswith(".gguf")]
     name = preview.repo_id + (f" · {ggufs[0].rsplit('/', 1)[-1]}" if len(ggufs) == 1 else "")
     total = sum(f.size for f in preview.files)
@@ -258,7 +262,8 @@ def model_download_start(*, user, source, repo_id, revision="", include=(), excl
 def model_download_cancel(*, artifact):
     artifact.refresh_from_db()
     if artifact.job != Job.DOWNLOAD or not artifact.is_active:
-        raise LibraryError(f"{artifact.name} is not downloading (it is {artifact.get_status_display().lower()}).", "not_active")
+        raise LibraryError(gettext("%(name)s is not downloading (it is %(status)s).")
+                           % {"name": artifact.name, "status": artifact.get_status_display().lower()}, "not_active")
     now = timezone.now()
     done = ModelArtifact.objects.filter(pk=artifact.pk, status=Status.QUEUED).update(
         status=Status.CANCELLED, finished=now, speed=0, eta_seconds=None)
@@ -276,7 +281,8 @@ def model_download_resume(*, artifact, token=""):
     """Cancelled, failed, or abandoned by a dead worker: queue it again (it resumes with Range)."""
     artifact.refresh_from_db()
     if not artifact.can_resume:
-        raise LibraryError(f"{artifact.name} cannot be resumed while it is {artifact.get_status_display().lower()}.", "not_resumable")
+        raise LibraryError(gettext("%(name)s cannot be resumed while it is %(status)s.")
+                           % {"name": artifact.name, "status": artifact.get_status_display().lower()}, "not_resumable")
     job = artifact.job
     if artifact.status in (Status.FAILED, Status.CANCELLED) and artifact.source != Source.LOCAL:
         job = Job.DOWNLOAD  # after a failed re-verify this repairs the changed files
@@ -293,19 +299,19 @@ def model_download_resume(*, artifact, token=""):
         status=Status.QUEUED, job=job, claim="", cancel_requested=False, error="", speed=0, eta_seconds=None,
         finished=None, **extra)
     if not done:
-        raise LibraryError(f"{artifact.name} changed meanwhile; reload the page.", "conflict")
+        raise LibraryError(gettext("%(name)s changed meanwhile; reload the page.") % {"name": artifact.name}, "conflict")
     return _enqueue(artifact)
 
 
 def model_reverify(*, artifact):
     artifact.refresh_from_db()
     if not artifact.can_reverify:
-        raise LibraryError(f"{artifact.name} has no recorded hashes to check yet (it is "
-                           f"{artifact.get_status_display().lower()}).", "not_verifiable")
+        raise LibraryError(gettext("%(name)s has no recorded hashes to check yet (it is %(status)s).")
+                           % {"name": artifact.name, "status": artifact.get_status_display().lower()}, "not_verifiable")
     done = ModelArtifact.objects.filter(pk=artifact.pk, status__in=[Status.READY, Status.FAILED]).update(
         status=Status.QUEUED, job=Job.VERIFY, claim="", cancel_requested=False, speed=0, eta_seconds=None, bytes_done=0)
     if not done:
-        raise LibraryError(f"{artifact.name} changed meanwhile; reload the page.", "conflict")
+        raise LibraryError(gettext("%(name)s changed meanwhile; reload the page.") % {"name": artifact.name}, "conflict")
     return _enqueue(artifact)
 
 
@@ -362,7 +368,8 @@ def model_delete(*, artifact):
     folders and files are never touched: Kiln did not make them."""
     artifact.refresh_from_db()
     if not artifact.can_delete:
-        raise LibraryError(f"{artifact.name} is {artifact.get_status_display().lower()}; cancel it before deleting.", "busy")
+        raise LibraryError(gettext("%(name)s is %(status)s; cancel it before deleting.")
+                           % {"name": artifact.name, "status": artifact.get_status_display().lower()}, "busy")
     removed = 0
     if artifact.source != Source.LOCAL and artifact.folder and _inside_models_dir(artifact.folder):
         shared = selectors.model_files_claimed_by_others(artifact)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import httpx
+from django.utils.translation import gettext
 
 
 @dataclass(frozen=True)
@@ -193,9 +194,9 @@ def get_with_retries(client: httpx.Client, url: str, *, headers: dict, hub: str,
                 time.sleep(delay)
     from inference.library.hubs.preference import unreachable_advice  # reads settings; imported when needed
 
-    raise HubError(f"The hub at {url} did not answer properly after "
-                   f"{retry.attempts} tries ({last}). Try again later or check the "
-                   f"endpoint setting. {unreachable_advice(hub, url)}", hub=hub, code="Unavailable")
+    raise HubError(gettext("The hub at %(url)s did not answer properly after %(tries)s tries (%(last)s). Try again "
+                           "later or check the endpoint setting.") % {"url": url, "tries": retry.attempts, "last": last}
+                   + f" {unreachable_advice(hub, url)}", hub=hub, code="Unavailable")
 
 
 @dataclass

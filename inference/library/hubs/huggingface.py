@@ -14,6 +14,7 @@ import threading
 from urllib.parse import quote
 
 import httpx
+from django.utils.translation import gettext as _
 
 from .base import (HubError, Listing, RemoteFile, RetryPolicy, check_repo_id,
                    filter_files, get_with_retries, safe_relative_path)
@@ -103,28 +104,29 @@ def hf_error(resp: httpx.Response, repo_id: str, revision: str, *,
     server_msg = resp.headers.get("X-Error-Message", "")
     status = resp.status_code
     if code == "GatedRepo":
-        msg = (f"{repo_id} is a gated model: open its page on Hugging Face, accept the "
-               "conditions with your account, then set a token of that account"
-               + (" (the token given has no access yet)." if has_token else "."))
+        msg = ((_("%(repo)s is a gated model: open its page on Hugging Face, accept the conditions with your "
+                  "account, then set a token of that account (the token given has no access yet).") if has_token
+                else _("%(repo)s is a gated model: open its page on Hugging Face, accept the conditions with your "
+                       "account, then set a token of that account.")) % {"repo": repo_id})
     elif code == "RevisionNotFound":
-        msg = (f"Revision {revision!r} does not exist in {repo_id}. Use a branch, tag "
-               "or commit that exists (usually 'main').")
+        msg = _("Revision %(revision)r does not exist in %(repo)s. Use a branch, tag or commit that exists "
+                "(usually 'main').") % {"revision": revision, "repo": repo_id}
     elif code == "EntryNotFound":
-        msg = f"A file of {repo_id} at {revision!r} was not found on the hub."
+        msg = _("A file of %(repo)s at %(revision)r was not found on the hub.") % {"repo": repo_id, "revision": revision}
     elif status == 401 and "Invalid credentials" in server_msg:
         code = code or "InvalidToken"
-        msg = ("The Hugging Face token was refused as invalid. Create a new read token "
-               "at huggingface.co/settings/tokens and save it again.")
+        msg = _("The Hugging Face token was refused as invalid. Create a new read token "
+                "at huggingface.co/settings/tokens and save it again.")
     elif code == "RepoNotFound" or status in (401, 404):
         code = code or "RepoNotFound"
-        msg = (f"Model {repo_id} was not found. Check the spelling; if it is private, "
-               "set a token that can read it.")
+        msg = _("Model %(repo)s was not found. Check the spelling; if it is private, "
+                "set a token that can read it.") % {"repo": repo_id}
     elif status == 403:
         code = code or "Forbidden"
-        msg = (f"Access to {repo_id} is forbidden"
-               + (f" ({server_msg})" if server_msg else "")
-               + ". Check that your token has read access.")
+        msg = _("Access to %(repo)s is forbidden%(detail)s. Check that your token has read access.") % {
+            "repo": repo_id, "detail": f" ({server_msg})" if server_msg else ""}
     else:
         code = code or f"HTTP{status}"
-        msg = f"The hub answered HTTP {status} for {repo_id}: {server_msg or resp.text[:200]}"
+        msg = _("The hub answered HTTP %(status)s for %(repo)s: %(detail)s") % {
+            "status": status, "repo": repo_id, "detail": server_msg or resp.text[:200]}
     return HubError(msg, hub=HUB, code=code, status=status)

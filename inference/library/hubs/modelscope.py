@@ -12,6 +12,7 @@ import threading
 from urllib.parse import urlencode
 
 import httpx
+from django.utils.translation import gettext as _
 
 from .base import (HubError, Listing, RemoteFile, RetryPolicy, check_repo_id,
                    filter_files, get_with_retries, safe_relative_path)
@@ -84,18 +85,16 @@ def ms_error(resp: httpx.Response, body, repo_id: str, revision: str, *,
     code = str(body.get("Code")) if isinstance(body, dict) and body.get("Code") else f"HTTP{status}"
     server_msg = (body.get("Message") if isinstance(body, dict) else "") or ""
     if "revision" in server_msg.lower() or "branch" in server_msg.lower():
-        msg = (f"Revision {revision!r} does not exist in {repo_id} on ModelScope "
-               f"(the hub said: {server_msg}). The default branch there is 'master'.")
+        msg = _("Revision %(revision)r does not exist in %(repo)s on ModelScope (the hub said: %(detail)s). "
+                "The default branch there is 'master'.") % {"revision": revision, "repo": repo_id, "detail": server_msg}
     elif status in (401, 403):
-        msg = (f"ModelScope refused access to {repo_id}"
-               + (f" ({server_msg})" if server_msg else "")
-               + (": the token given has no access to it." if has_token else
-                  ": it may be private; set a ModelScope access token."))
+        msg = (_("ModelScope refused access to %(repo)s%(detail)s: the token given has no access to it.") if has_token
+               else _("ModelScope refused access to %(repo)s%(detail)s: it may be private; set a ModelScope access "
+                      "token.")) % {"repo": repo_id, "detail": f" ({server_msg})" if server_msg else ""}
     elif status == 404:
-        msg = (f"Model {repo_id} does not exist on ModelScope"
-               + (f" ({server_msg})" if server_msg else "")
-               + ". Check the spelling of the id.")
+        msg = _("Model %(repo)s does not exist on ModelScope%(detail)s. Check the spelling of the id.") % {
+            "repo": repo_id, "detail": f" ({server_msg})" if server_msg else ""}
     else:
-        msg = (f"ModelScope answered the listing of {repo_id} with an error "
-               f"(HTTP {status}, code {code}): {server_msg or resp.text[:200]}")
+        msg = _("ModelScope answered the listing of %(repo)s with an error (HTTP %(status)s, code %(code)s): "
+                "%(detail)s") % {"repo": repo_id, "status": status, "code": code, "detail": server_msg or resp.text[:200]}
     return HubError(msg, hub=HUB, code=code, status=status)
