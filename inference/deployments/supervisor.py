@@ -273,6 +273,39 @@ def marked_processes(launch_dir: str) -> list[int]:
     return sorted(out)
 
 
+def listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP `port` (any address), from /proc/net/tcp{,6}."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for row in f:
+                    cols = row.split()
+                    if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == int(port):
+                        found.add(cols[9])
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def holds_socket(pids, inodes: set[str]) -> bool:
+    """Whether one of `pids` has one of the socket `inodes` open."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{int(pid)}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def process_name(pid: int) -> str:
     """What `ps` shows for a process: its (possibly retitled) command line."""
     try:
@@ -685,9 +718,11 @@ class Watcher:
 
     def __init__(self, handle: ProcessHandle, engine, health_url: str, state: WatchState | None = None,
                  log_offset: int = 0, config: WatchConfig = WatchConfig(), api_key: str = "",
-                 health_timeout_s: float = 2.0, clock=time.time, launch_dir: str = ""):
+                 health_timeout_s: float = 2.0, clock=time.time, launch_dir: str = "", check_port_owner: bool = True):
         self.handle = handle
         self.launch_dir = launch_dir
+        # Off for Docker: the published port is held by Docker's proxy, not the engine's processes.
+        self.check_port_owner = check_port_owner
         self.engine = engine
         self.health_url = health_url
         self.config = config
@@ -703,6 +738,11 @@ class Watcher:
         health = None
         if running and self.state.status in (STARTING, READY):
             health = probe_health(self.health_url, self.health_timeout_s, self.api_key)
+            if (self.check_port_owner and self.state.status == STARTING and health.status == 200
+                    and not self.answer_is_ours()):
+                # Another program took the port while the engine was still importing
+                # (vLLM binds late): its 200 is not this engine being ready.
+                health = HealthResult(None, "", "the port answers, but from another program")
         actions = watch_step(self.state, Observation(running, health, lines), self.clock(), self.engine,
                              self.config)
         out = []
@@ -717,6 +757,21 @@ class Watcher:
                 a = Action(**{**asdict(a), "log_tail": tuple(read_log_tail(self.handle.log_path, 40))})
             out.append(a)
         return out
+
+    def answer_is_ours(self) -> bool:
+        """Whether the process listening on the health URL's port is this engine
+        (its process group or its launch marker). True when it cannot be told."""
+        try:
+            port = int(self.health_url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            return True
+        inodes = listening_inodes(port)
+        if not inodes:
+            return True  # nothing visible listens (another network namespace): trust the answer
+        ours = set(group_members(self.handle.pgid, self.handle.start_time)) if self.handle.pgid else set()
+        if self.launch_dir:
+            ours |= set(marked_processes(self.launch_dir))
+        return holds_socket(ours, inodes)
 
     def end_leftovers(self) -> str:
         """The engine's leader is gone (killed with -9, say): end what it left

@@ -79,7 +79,8 @@ def _new_watcher(dep: Deployment, config: supervisor.WatchConfig) -> supervisor.
         state.status = dep.status if dep.status in Deployment.WATCHED else state.status
     w = supervisor.Watcher(handle, engine, engine.health_url(dep.bind_host, dep.port or 0), state=state,
                            log_offset=dep.log_offset, config=config, api_key=dep.api_key,
-                           launch_dir=str(launch_dir_for(dep.pk)))
+                           launch_dir=str(launch_dir_for(dep.pk)),
+                           check_port_owner=not (dep.profile and dep.profile.runtime.kind == "docker"))
     w.follower = _RecordingFollower(handle.log_path, dep.log_offset)
     return w
 
