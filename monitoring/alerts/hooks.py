@@ -84,3 +84,12 @@ def batch_finished(batch, *, failed: bool, link: str = "", error: str = "") -> N
     raise_event("batch_failed" if failed else "batch_finished",
                 subject=(_("Batch %(name)s failed") if failed else _("Batch %(name)s finished")) % {"name": name},
                 link=link, details={"batch_id": batch.pk, "error": error[:500]})
+
+
+def experiment_finished(experiment, *, failed: bool, link: str = "", error: str = "") -> None:
+    """For experiments (benchmarks) when one ends: one line at the end of the runner."""
+    name = getattr(experiment, "name", "") or f"#{experiment.pk}"
+    raise_event("experiment_failed" if failed else "experiment_finished",
+                subject=(_("Experiment %(name)s failed") if failed else _("Experiment %(name)s finished")) % {
+                    "name": name},
+                link=link, details={"experiment_id": experiment.pk, "error": error[:500]})
