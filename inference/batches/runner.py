@@ -25,19 +25,20 @@ sent; nothing grows with the number of lines.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import aiohttp
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F
-from django.http import HttpResponseBase
 from django.utils import timezone
 
 from inference.gateway import routing, usage, views
@@ -45,8 +46,8 @@ from inference.gateway.proxy import Caller
 from inference.models import Batch, BatchLine
 
 log = logging.getLogger(__name__)
-FLUSH_EVERY_S = 0.5
-FLUSH_AT = 256  # results that trigger a flush before the timer
+FLUSH_EVERY_S = 1.0
+FLUSH_AT = 512  # results that trigger a flush before the timer
 PAUSE_POLL_S = 3.0
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 NOT_READY = {"deployment_not_ready", "deployment_unreachable"}
@@ -92,8 +93,25 @@ class Paused(Exception):
         self.reason, self.model = reason, model
 
 
-def _req_id() -> str:
-    return os.urandom(12).hex()
+def _int(value) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+class _Ids:
+    """Unique ids for output lines without a syscall each: a random prefix per process, then a counter."""
+
+    def __init__(self):
+        self.prefix = os.urandom(6).hex()
+        self.count = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.count):012x}"
+
+
+_req_id = _Ids()
 
 
 def output_line(custom_id: str, status_code: int | None, body, error: dict | None, raw_body: bytes | None = None
@@ -176,8 +194,16 @@ class Runner:
                 pt += r.prompt_tokens
                 ct += r.completion_tokens
             if lines:
-                BatchLine.objects.bulk_update(lines, ["status", "status_code", "attempts", "error", "tokens"],
-                                              batch_size=500)
+                # One prepared UPDATE run per line (executemany): a fraction of the CPU of
+                # bulk_update's CASE expressions, which matters on a 2-core host where this
+                # thread shares the GIL with the event loop sending the requests.
+                table = BatchLine._meta.db_table
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        f"UPDATE {table} SET status = %s, status_code = %s, attempts = %s, error = %s, tokens = %s "
+                        f"WHERE id = %s AND status = %s",
+                        [(x.status, x.status_code, x.attempts, x.error, x.tokens, x.pk, BatchLine.Status.SENDING)
+                         for x in lines])
             if unsent:
                 BatchLine.objects.filter(pk__in=unsent, status=BatchLine.Status.SENDING).update(
                     status=BatchLine.Status.PENDING)
@@ -217,6 +243,17 @@ class Runner:
 
     # ------------------------------------------------------------ the run
     async def run(self) -> None:
+        # The database thread (claims, commits) and the event loop share the GIL; a
+        # shorter switch interval hands it back to the loop sooner, so a request is
+        # not held behind a commit (measured in bench/batch.py). Restored after the run.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, 0.001))
+        try:
+            await self._run()
+        finally:
+            sys.setswitchinterval(switch)
+
+    async def _run(self) -> None:
         self.in_fd = os.open(self.input_path, os.O_RDONLY)
         self.out_fd = os.open(self.output_path, os.O_WRONLY | os.O_APPEND)
         self.err_fd = os.open(self.error_path, os.O_WRONLY | os.O_APPEND)
@@ -231,6 +268,10 @@ class Runner:
                     break
         finally:
             await usage.flush()
+            from inference.gateway import clients
+
+            session = clients.upstream()
+            await session.close()  # this loop's pool to the engines ends with the run
             for fd in (self.in_fd, self.out_fd, self.err_fd):
                 os.close(fd)
             await self._db(close_old_connections)
@@ -241,7 +282,7 @@ class Runner:
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(self.concurrency)]
         flusher = asyncio.create_task(self._flusher())
         try:
-            chunk = max(64, self.concurrency * 8)
+            chunk = max(256, self.concurrency * 8)
             while not self._stopping():
                 items = await self._db(self._claim_chunk, chunk)
                 if not items:
@@ -307,7 +348,7 @@ class Runner:
         while True:
             attempt += 1
             await self._paced()
-            status, body, raw, error = await self._once(payload)
+            status, body, raw, error = await self._once(payload, model)
             if status is None and error and error["code"] in NOT_READY:
                 raise Paused(error["message"], model)
             retry = (status in RETRYABLE_STATUS) if status is not None else error.get("retry", False)
@@ -316,35 +357,50 @@ class Runner:
                 continue
             return self._result(item, attempt, status, body, raw, error)
 
-    async def _once(self, payload: bytes):
+    async def _once(self, payload: bytes, model: str):
         """(status, parsed body, raw body, error): an engine answer, or our own error."""
         try:
-            result = await asyncio.wait_for(self._call(payload), request_timeout())
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(request_timeout()):  # no extra task per request, unlike wait_for
+                return await self._call(payload, model)
+        except TimeoutError:
             return None, None, None, {"code": "timeout", "retry": True,
                                       "message": f"The engine did not answer within {request_timeout():.0f} s."}
         except (aiohttp.ClientError, OSError) as exc:
             return None, None, None, {"code": "connection_error", "retry": True,
                                       "message": f"Could not reach the engine: {exc!r}"}
-        return result
 
-    async def _call(self, payload: bytes):
-        answer = await views.proxy(self.endpoint, payload, False, caller=self.caller)
-        if isinstance(answer, HttpResponseBase):  # the gateway's own refusal (model, readiness, body)
-            try:
-                err = json.loads(answer.content)["error"]
-            except (ValueError, KeyError, TypeError):
-                err = {"code": "gateway_error", "message": answer.content.decode(errors="replace")}
-            code = err.get("code") or "gateway_error"
-            return None, None, None, {"code": code, "message": err.get("message", ""),
-                                      "retry": code == "upstream_disconnected" or answer.status_code == 429}
-        status, raw = await answer.read()
-        if status is None:  # the engine broke off mid-answer
-            try:
-                err = json.loads(raw.content)["error"]
-            except (ValueError, KeyError, TypeError):
-                err = {"code": "upstream_disconnected", "message": "the engine stopped answering"}
-            return None, None, None, {"code": err.get("code"), "message": err.get("message"), "retry": True}
+    async def _call(self, payload: bytes, model: str):
+        """One request through the gateway's relay pieces: routing.route (the ready
+        deployments of the model, round-robin), views._open_first (the first replica
+        that answers, over the shared engine pool) and usage.record (per key).
+        The body was checked line by line at upload, so the gateway's per-request
+        body check (views.proxy) is not run again: measured in bench/batch.py, it
+        and its extra task per request were a third of the runner's CPU per line."""
+        route = await routing.route(model)
+        if not route.upstreams:
+            if not route.statuses:
+                known = ", ".join(await routing.served_models()) or "none is ready"
+                return None, None, None, {"code": "model_not_found", "retry": False, "message":
+                                          f"The model {model!r} is not served on this panel (ready models: {known})."}
+            return None, None, None, {"code": "deployment_not_ready", "retry": False, "message":
+                                      f"No deployment of {model!r} is ready (now: "
+                                      f"{', '.join(sorted(set(route.statuses)))}); the batch waits for one."}
+        response, target = await views._open_first(route.upstreams, self.endpoint, payload, False)
+        if response is None:
+            return None, None, None, {"code": "deployment_unreachable", "retry": False, "message":
+                                      f"The deployment(s) serving {model!r} are marked ready but do not answer; "
+                                      f"the batch waits until one does."}
+        caller = self.caller
+        try:
+            raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=target.deployment_id,
+                         model=model, error=True)
+            return None, None, None, {"code": "upstream_disconnected", "retry": True,
+                                      "message": f"The engine serving {model!r} stopped answering: {exc!r}"}
+        finally:
+            response.close()
+        status = response.status
         try:
             body = json.loads(raw)
         except ValueError:
@@ -352,6 +408,12 @@ class Runner:
             raw = None
         if raw is not None and (b"\n" in raw or not isinstance(body, (dict, list))):
             raw = None
+        pt = ct = 0
+        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+            u = body["usage"]
+            pt, ct = _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
+        usage.record(key_id=caller.key_id, user_id=caller.user_id, deployment_id=target.deployment_id, model=model,
+                     prompt_tokens=pt, completion_tokens=ct, error=status >= 400)
         return status, body, raw, None
 
     def _result(self, item: Item, attempts: int, status, body, raw, error) -> Result:
@@ -362,7 +424,7 @@ class Runner:
         pt = ct = 0
         if isinstance(body, dict) and isinstance(body.get("usage"), dict):
             u = body["usage"]
-            pt, ct = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+            pt, ct = _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
         ok = 200 <= status < 300
         text = ""
         if not ok:
@@ -376,6 +438,7 @@ class Runner:
     # ------------------------------------------------------------ recording
     async def _flusher(self) -> None:
         last_progress = 0.0
+        publishing = None
         while True:
             try:
                 await asyncio.wait_for(self._flush_now.wait(), FLUSH_EVERY_S)
@@ -383,9 +446,9 @@ class Runner:
                 pass
             self._flush_now.clear()
             await self._flush()
-            if time.monotonic() - last_progress >= 1.0:
-                last_progress = time.monotonic()
-                await self._publish()
+            if time.monotonic() - last_progress >= 1.0 and (publishing is None or publishing.done()):
+                last_progress = time.monotonic()  # never waits on the channel layer: recording goes first
+                publishing = asyncio.create_task(self._publish())
 
     async def _flush(self) -> None:
         results, self.results = self.results, []

@@ -81,6 +81,12 @@ class CountingStub:
                 writer.close()
 
     async def _answer(self, method, path, raw):
+        if method == "GET" and path.startswith("/stats"):  # bench/batch.py reads (and resets) the counters
+            stats = {"requests": self.requests, "peak": self.peak, "in_flight": self.in_flight}
+            if "reset" in path:
+                self.requests = self.peak = 0
+                self.seen.clear()
+            return 200, json.dumps(stats).encode()
         if method == "GET":
             return 200, json.dumps({"object": "list", "data": [{"id": self.model}]}).encode()
         body = json.loads(raw or b"{}")

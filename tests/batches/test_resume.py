@@ -81,7 +81,7 @@ def test_sigkill_of_the_worker_mid_batch_loses_nothing_and_sends_no_recorded_lin
         assert stub.peak <= CONCURRENCY
 
 
-def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_resumes(api, celery_worker):
+def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_resumes(api, celery_worker, tmp_path):
     n = 120
     with running(delay=0.03) as stub:
         deployment(stub.port)
@@ -90,7 +90,10 @@ def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_re
         batch = api.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
         wait_until(lambda: Batch.objects.get(pk=batch.id).completed >= 20, 60, "a part done")
         stub.crash()
-        paused = wait_until(lambda: (b := Batch.objects.get(pk=batch.id)).status == "paused" and b, 30, "paused")
+        try:
+            paused = wait_until(lambda: (b := Batch.objects.get(pk=batch.id)).status == "paused" and b, 60, "paused")
+        except AssertionError:
+            raise AssertionError((tmp_path / "worker.log").read_text()[-2500:]) from None
         assert "do not answer" in paused.reason or "ready" in paused.reason
         assert api.batches.retrieve(batch.id).status == "paused"
         stub.revive()
