@@ -25,7 +25,7 @@ from django.db import close_old_connections
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from monitoring.alerts import conf, delivery
+from monitoring.alerts import conf, delivery, services
 from monitoring.alerts.events import raise_event, raise_event_nowait
 
 log = logging.getLogger("kiln.alerts")
@@ -223,7 +223,7 @@ class HostAgent(threading.Thread):
             now = time.monotonic()
             if now >= first and now - last_checks >= self.checks_every_s:
                 last_checks = now
-                for check in (lambda: check_disk(self.host),
+                for check in (lambda: check_disk(self.host), services.prune_history,
                               lambda: check_worker(self.host) if self.worker_check else None,
                               lambda: check_monitors(redis_client())):
                     try:

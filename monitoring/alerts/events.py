@@ -16,8 +16,9 @@ Incidents: an event is keyed by (kind, key); the key defaults to the scope
 (GPU uuid from details, deployment id, host). While an event of that key is
 open, raising it again counts a repeat and sends nothing; ``resolved=True``
 closes it and sends a "resolved" message where the opening went. Kinds that
-never clear (an Xid, a finished batch) are closed at once, and a rule's
-cooldown keeps a burst of them to one message.
+never clear (an Xid, a finished batch) are never open; the same
+one again within a minute only counts a repeat, and a rule's cooldown keeps
+them to one message per incident.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.db import IntegrityError, OperationalError, close_old_connections, transaction
+from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -63,6 +65,8 @@ KINDS: dict[str, Kind] = {
     "no_worker": Kind(_("No worker for a host's queue"), Severity.CRITICAL, True),
     "test": Kind(_("Test message"), Severity.INFO, False),
 }
+# The same one-shot event (kind and scope) again within this many seconds counts a repeat, no new row.
+ONE_SHOT_MERGE_S = 60
 SEVERITY_NAMES = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity.CRITICAL}
 
 
@@ -150,6 +154,12 @@ def _raise(kind, *, severity, subject, link, host, deployment, details, resolved
             if updated:
                 _count_repeat(kind, key)
                 return None
+        else:
+            # A storm of the same one-shot event (an Xid every tick) is one row with a repeat count.
+            recent = AlertEvent.objects.filter(kind=kind, key=key, resolved=False,
+                                               created__gte=now - dt.timedelta(seconds=ONE_SHOT_MERGE_S))
+            if recent.update(last_seen=now, repeats=F("repeats") + 1):
+                return None
         try:
             with transaction.atomic():
                 event = AlertEvent.objects.create(
@@ -164,8 +174,6 @@ def _raise(kind, *, severity, subject, link, host, deployment, details, resolved
 
 
 def _count_repeat(kind, key):
-    from django.db.models import F
-
     AlertEvent.objects.filter(kind=kind, key=key, is_open=True).update(repeats=F("repeats") + 1)
 
 

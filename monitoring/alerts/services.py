@@ -1,11 +1,13 @@
 """Writes behind the alerts pages."""
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from monitoring.alerts import delivery
+from monitoring.alerts import conf, delivery
 from monitoring.alerts.models import AlertDelivery, AlertEvent, Severity
 
 
@@ -20,3 +22,11 @@ def channel_send_test(*, channel, user) -> AlertDelivery:
     delivery.deliver(row.pk)
     row.refresh_from_db()
     return row
+
+
+def prune_history(days: float | None = None) -> int:
+    """Delete closed events (with their deliveries) older than ALERT_RETENTION_DAYS; returns events deleted."""
+    days = conf.RETENTION_DAYS if days is None else days
+    cutoff = timezone.now() - dt.timedelta(days=days)
+    old = AlertEvent.objects.filter(created__lt=cutoff, is_open=False)
+    return old.delete()[1].get(AlertEvent._meta.label, 0)

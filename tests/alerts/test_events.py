@@ -79,21 +79,28 @@ def test_rule_filters_kind_severity_host_and_deployment():
     assert AlertDelivery.objects.filter(event=raise_event("engine_failed", deployment=4, host="h")).exists()
 
 
-def test_cooldown_keeps_a_burst_of_one_shot_events_to_one_message():
+def test_a_burst_of_one_shot_events_is_one_row_and_cooldown_keeps_it_to_one_message():
     ops = make_channel()
     make_rule(ops, cooldown_s=600)
-    for _ in range(3):
-        raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79")
-    statuses = list(AlertDelivery.objects.order_by("pk").values_list("status", flat=True))
-    assert statuses == ["pending", "suppressed", "suppressed"]
-    assert "cooldown" in AlertDelivery.objects.filter(status="suppressed").first().error
+    first = raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79")
+    for _ in range(50):  # an Xid every tick
+        assert raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79") is None
+    first.refresh_from_db()
+    assert first.repeats == 50 and AlertEvent.objects.count() == 1 and AlertDelivery.objects.count() == 1
     # Another GPU is another incident.
     raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-b:79")
     assert AlertDelivery.objects.filter(status="pending").count() == 2
+    # Two minutes later: a new row, but within the rule's cooldown, so not sent.
+    AlertEvent.objects.update(created=timezone.now() - dt.timedelta(seconds=120))
+    AlertDelivery.objects.update(created=timezone.now() - dt.timedelta(seconds=120))
+    again = raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79")
+    d = AlertDelivery.objects.get(event=again)
+    assert d.status == "suppressed" and "cooldown" in d.error
     # After the cooldown it is sent again.
+    AlertEvent.objects.update(created=timezone.now() - dt.timedelta(seconds=601))
     AlertDelivery.objects.update(created=timezone.now() - dt.timedelta(seconds=601))
-    raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79")
-    assert AlertDelivery.objects.filter(status="pending").count() == 3
+    later = raise_event("gpu_xid", subject="Xid 79", host="gpu1", key="xid:GPU-a:79")
+    assert AlertDelivery.objects.get(event=later).status == "pending"
 
 
 def test_quiet_window_holds_back_all_but_critical(monkeypatch):
@@ -137,3 +144,16 @@ def test_nowait_returns_at_once_and_writes_on_its_thread():
     future = events.raise_event_nowait("engine_crashed", subject="x", deployment=9, host="h")
     event = future.result(timeout=10)
     assert event is not None and AlertDelivery.objects.filter(event_id=event.pk).count() == 1
+
+
+def test_old_closed_events_are_pruned_open_ones_kept():
+    from monitoring.alerts.services import prune_history
+
+    make_rule(make_channel())
+    old_closed = raise_event("gpu_xid", subject="old", host="h", key="xid:a:1")
+    old_open = crash()
+    AlertEvent.objects.update(created=timezone.now() - dt.timedelta(days=100))
+    fresh = raise_event("gpu_xid", subject="new", host="h", key="xid:b:1")
+    assert prune_history(90) == 1
+    assert set(AlertEvent.objects.values_list("pk", flat=True)) == {old_open.pk, fresh.pk}
+    assert not AlertDelivery.objects.filter(event_id=old_closed.pk).exists()
