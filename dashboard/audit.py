@@ -70,6 +70,7 @@ ACTIONS: dict[str, str] = {
     # deployments (pages)
     "deployment_stop": "deployment.stop",
     "deployment_restart": "deployment.restart",
+    "deployment_relaunch_max_len": "deployment.relaunch_max_len",
     "preset_launch": "preset.launch",
     "profile_new": "profile.create",
     "profile_edit": "profile.edit",

@@ -353,6 +353,21 @@ def deployment_relaunch(*, deployment: Deployment, user=None, override=False) ->
     return deployment_launch(profile=deployment.profile, user=user, override=override)
 
 
+def deployment_relaunch_with_max_len(*, deployment: Deployment, max_model_len: int, user=None) -> Deployment:
+    """vLLM said the KV cache holds at most N tokens ("the estimated maximum model
+    length is N"): set the profile's max model len to N and launch it again."""
+    if deployment.profile is None:
+        raise DeploymentError("Its launch profile was deleted; create a new one.", code="no_profile")
+    if not isinstance(max_model_len, int) or not 16 <= max_model_len <= 10_000_000:
+        raise DeploymentError("max model len is a token count between 16 and 10,000,000.", code="invalid")
+    if deployment.is_active:
+        raise DeploymentError(f"{deployment.name} is still {deployment.status}; stop it first.", code="running")
+    profile = deployment.profile
+    profile.max_model_len = max_model_len
+    profile_save(profile=profile, user=user)
+    return deployment_launch(profile=profile, user=user)
+
+
 def deployment_record_phase(deployment_id, phase, at=None):
     """Append to the deployment's timeline (skips a repeat of the last phase)."""
     dep = Deployment.objects.filter(pk=deployment_id).only("phases").first()

@@ -7,6 +7,8 @@ urlpatterns = [
     path("deployments/<int:deployment_id>/", v.deployment_detail, name="deployment_detail"),
     path("deployments/<int:deployment_id>/stop", v.deployment_stop, name="deployment_stop"),
     path("deployments/<int:deployment_id>/restart", v.deployment_restart, name="deployment_restart"),
+    path("deployments/<int:deployment_id>/relaunch-max-len", v.deployment_relaunch_max_len,
+         name="deployment_relaunch_max_len"),
     path("deployments/presets/<slug:slug>/launch", v.preset_launch, name="preset_launch"),
     path("deployments/profiles/new", v.profile_edit, name="profile_new"),
     path("deployments/profiles/<int:profile_id>/", v.profile_edit, name="profile_edit"),

@@ -203,3 +203,20 @@ def runtime_uninstall(request, runtime_id):
     else:
         messages.success(request, _("Removing %(name)s from %(host)s.") % {"name": row.name, "host": row.host})
     return redirect("runtimes")
+
+
+@require_POST
+@operator_required
+def deployment_relaunch_max_len(request, deployment_id):
+    """Relaunch with the max model length vLLM estimated would fit (offered on a failed deployment)."""
+    dep = sel.deployment_get_or_404(deployment_id)
+    try:
+        new = svc.deployment_relaunch_with_max_len(deployment=dep, max_model_len=int(request.POST.get("max_model_len", "")),
+                                                   user=request.user)
+    except ValueError:
+        messages.error(request, _("max model len must be a whole number of tokens."))
+        return redirect("deployment_detail", deployment_id=dep.pk)
+    except (svc.DeploymentError, InvalidLaunch, svc.PreflightRefused) as exc:
+        messages.error(request, str(exc))
+        return redirect("deployment_detail", deployment_id=dep.pk)
+    return redirect("deployment_detail", deployment_id=new.pk)

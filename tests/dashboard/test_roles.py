@@ -72,6 +72,7 @@ PAGES = {
     "deployments/<int:deployment_id>/": {"GET": READ},
     "deployments/<int:deployment_id>/stop": {"POST": CHANGE},
     "deployments/<int:deployment_id>/restart": {"POST": CHANGE},
+    "deployments/<int:deployment_id>/relaunch-max-len": {"POST": CHANGE},
     "deployments/presets/<slug:slug>/launch": {"POST": CHANGE},
     "deployments/profiles/new": {"GET": READ, "POST": CHANGE},
     "deployments/profiles/<int:profile_id>/": {"GET": READ, "POST": CHANGE},
