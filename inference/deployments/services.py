@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from dashboard import jobs
 from dashboard.celery import host_queue
@@ -248,14 +249,16 @@ def preset_profile(*, preset_slug, user=None, host=None) -> LaunchProfile:
         return existing
     status = preset_status(preset, host)
     if status["model_missing"]:
-        raise DeploymentError(f"The model {preset.model.repo_id} is not downloaded on {host}; "
-                              f"download it first ({status['download_url']}).", code="model_missing")
+        raise DeploymentError(_("The model %(repo)s is not downloaded on %(host)s; download it first (%(url)s).")
+                              % {"repo": preset.model.repo_id, "host": host, "url": status["download_url"]},
+                              code="model_missing")
     runtime = status["runtime"]
     if runtime is None and preset.engine == "llamacpp":
         runtime = ensure_demo_runtime(host=host, detect_now=False)
     if runtime is None:
-        raise DeploymentError(f"No {get_engine(preset.engine).label} runtime is registered on {host}; "
-                              "register one under Engine runtimes first.", code="runtime_missing")
+        raise DeploymentError(_("No %(engine)s runtime is registered on %(host)s; register one under Engine "
+                                "runtimes first.") % {"engine": get_engine(preset.engine).label, "host": host},
+                              code="runtime_missing")
     model = status["model"]
     path = model.path if model else demo_model_path()
     spec = preset.spec(path)
@@ -337,8 +340,8 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
         if deployment.status == Deployment.Status.FAILED and deployment.pid:
             pass  # make sure nothing of a failed one is left either
         else:
-            raise DeploymentError(f"{deployment.name} is {deployment.get_status_display().lower()}; "
-                                  "there is nothing to stop.", code="not_running")
+            raise DeploymentError(_("%(name)s is %(status)s; there is nothing to stop.") % {
+                "name": deployment.name, "status": deployment.get_status_display().lower()}, code="not_running")
     deployment_record_phase(deployment.pk, "stopping")
     jobs.enqueue(stop_deployment, deployment.pk, queue=host_queue(deployment.host), on_refused=_stop_not_queued)
     return deployment
@@ -347,9 +350,10 @@ def deployment_stop(*, deployment: Deployment, user=None) -> Deployment:
 def deployment_relaunch(*, deployment: Deployment, user=None, override=False) -> Deployment:
     """Launch the same profile again (a stopped or failed deployment's "Restart")."""
     if deployment.is_active:
-        raise DeploymentError(f"{deployment.name} is still {deployment.status}; stop it first.", code="running")
+        raise DeploymentError(_("%(name)s is still %(status)s; stop it first.") % {
+            "name": deployment.name, "status": deployment.get_status_display().lower()}, code="running")
     if deployment.profile is None:
-        raise DeploymentError("Its launch profile was deleted; create a new one.", code="no_profile")
+        raise DeploymentError(_("Its launch profile was deleted; create a new one."), code="no_profile")
     return deployment_launch(profile=deployment.profile, user=user, override=override)
 
 
@@ -357,11 +361,12 @@ def deployment_relaunch_with_max_len(*, deployment: Deployment, max_model_len: i
     """vLLM said the KV cache holds at most N tokens ("the estimated maximum model
     length is N"): set the profile's max model len to N and launch it again."""
     if deployment.profile is None:
-        raise DeploymentError("Its launch profile was deleted; create a new one.", code="no_profile")
+        raise DeploymentError(_("Its launch profile was deleted; create a new one."), code="no_profile")
     if not isinstance(max_model_len, int) or not 16 <= max_model_len <= 10_000_000:
-        raise DeploymentError("max model len is a token count between 16 and 10,000,000.", code="invalid")
+        raise DeploymentError(_("max model len is a token count between 16 and 10,000,000."), code="invalid")
     if deployment.is_active:
-        raise DeploymentError(f"{deployment.name} is still {deployment.status}; stop it first.", code="running")
+        raise DeploymentError(_("%(name)s is still %(status)s; stop it first.") % {
+            "name": deployment.name, "status": deployment.get_status_display().lower()}, code="running")
     profile = deployment.profile
     profile.max_model_len = max_model_len
     profile_save(profile=profile, user=user)
