@@ -63,6 +63,15 @@ def test_kill_9_of_the_server_leaves_its_engine_core_which_kiln_finds_ends_and_n
         assert (launch_dir / sub).is_dir()
     w = supervisor.Watcher(launched.handle, engine, engine.health_url("127.0.0.1", launched.port),
                            launch_dir=str(launch_dir))
+    try:
+        _kill_and_watch(w, launched, launch_dir)
+    finally:  # nothing left behind, even after a failed assertion
+        supervisor.stop(launched.handle, grace_s=2, launch_dir=str(launch_dir))
+        supervisor.clean_launch_dir(launch_dir)
+    assert not launch_dir.exists()
+
+
+def _kill_and_watch(w, launched, launch_dir):
     wait_until(lambda: "ready" in [a.kind for a in w.tick()], 20, "the fake server to be ready", interval=0.2)
     marked = supervisor.marked_processes(str(launch_dir))
     core = [p for p in marked if p != launched.handle.pid]
@@ -75,8 +84,6 @@ def test_kill_9_of_the_server_leaves_its_engine_core_which_kiln_finds_ends_and_n
     crashed = [a for a in actions if a.kind == "crashed"]
     assert crashed and "VLLM::EngineCore" in crashed[0].hint and "ended them" in crashed[0].hint
     wait_until(lambda: not supervisor.marked_processes(str(launch_dir)), 5, "the orphan to be gone")
-    supervisor.clean_launch_dir(launch_dir)
-    assert not launch_dir.exists()
 
 
 def test_a_200_from_another_program_on_the_port_is_not_the_engine_being_ready(tmp_path):
