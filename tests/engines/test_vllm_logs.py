@@ -161,15 +161,20 @@ def test_the_estimated_maximum_model_length_is_kept_for_the_relaunch_offer():
     assert state.failure == "max_model_len_too_long" and state.facts["max_model_len_estimate"] == "83840"
 
 
-@pytest.mark.skipif(not any(GPU_LOGS.glob("*.log")), reason="no GPU logs recorded in tests/fixtures/vllm_gpu yet")
-def test_recorded_gpu_logs_reach_ready_or_name_their_failure():
-    for path in sorted(GPU_LOGS.glob("*.log")):
-        state, actions = replay(path.read_text().splitlines(), running_after=True)
-        kinds = [a.phase for a in actions if a.kind == "phase"]
-        text = path.read_text()
-        if "Application startup complete" in text:
-            assert kinds and kinds[-1] == "ready", path.name
-            found = parse_vllm_capacity(text)
-            assert found.get("kv_cache_tokens"), path.name
-        else:
-            assert state.failure, path.name
+GPU_RUNS = sorted(GPU_LOGS.glob("*/vllm.log"))
+
+
+@pytest.mark.skipif(not GPU_RUNS, reason="no GPU logs recorded in tests/fixtures/vllm_gpu yet")
+@pytest.mark.parametrize("path", GPU_RUNS, ids=[p.parent.name for p in GPU_RUNS])
+def test_recorded_gpu_starts_walk_the_phases_size_the_kv_cache_and_their_sigterm_is_a_stop(path):
+    text = path.read_text()
+    state, actions = replay(text.splitlines(), running_after=False)
+    assert [a.phase for a in actions if a.kind == "phase"] == ["loading_weights", "compiling", "ready"]
+    found = parse_vllm_capacity(text)
+    assert found["kv_cache_tokens"] > 1000 and found["max_concurrency"] > 0 and found["started"]
+    if "Actual usage is" in text:
+        usage = parse_actual_usage(text)
+        assert usage["actual_weight_gib"] > 1 and set(usage) == {"actual_weight_gib", "peak_activation_gib",
+                                                                 "non_torch_gib", "cudagraph_gib"}
+    assert state.failure == "" and actions[-1].kind == "stopped"  # an ordinary SIGTERM, not a crash
+    assert {log_source(line)[0] for line in text.splitlines()} >= {"APIServer", "EngineCore"}
