@@ -11,11 +11,13 @@ cache memory" line: the parser keeps the largest weights and the smallest KV cac
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from inference.engines.vllm import CAPACITY_LINES, CONCURRENCY_LINE, READY_LINE
 
 GiB = 1024**3
+MiB = 1024**2
 
 
 def _number(text: str) -> float:
@@ -55,6 +57,88 @@ def parse_vllm_capacity(lines: Iterable[str] | str, block_size: int = 16) -> dic
     if "kv_cache_tokens" not in found and "gpu_blocks" in found:
         found["kv_cache_tokens"] = found["gpu_blocks"] * block_size
     return found
+
+
+# vLLM's summary after profiling (vllm/v1/worker/gpu_worker.py, 0.2x): the overhead's parts.
+ACTUAL_USAGE_LINE = re.compile(
+    r"Actual usage is ([\d.]+) GiB for weight, ([\d.]+) GiB for peak activation, "
+    r"([\d.]+) GiB for non-torch memory, and ([\d.]+) GiB for CUDAGraph memory")
+ACTUAL_USAGE_KEYS = ("actual_weight_gib", "peak_activation_gib", "non_torch_gib", "cudagraph_gib")
+
+
+def parse_actual_usage(lines: Iterable[str] | str) -> dict:
+    """The parts of vLLM's "Actual usage is ..." line (the largest per figure over tensor-parallel ranks)."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    found: dict = {}
+    for line in lines:
+        m = ACTUAL_USAGE_LINE.search(line) if isinstance(line, str) else None
+        if m:
+            for key, value in zip(ACTUAL_USAGE_KEYS, m.groups()):
+                found[key] = max(float(value), found.get(key, 0.0))
+    return found
+
+
+# llama-server's own figures (llama.cpp b7xxx+, printed at verbosity 4: `-lv 4`). Every buffer line is
+# per device (CPU_Mapped, CUDA0, ...) and an interleaved-SWA model has two KV caches: they add up.
+LLAMACPP_SUMS = (
+    ("model_buffer_mib", re.compile(r"load_tensors:\s+\S+ model buffer size =\s*([\d.]+) MiB")),
+    ("kv_cache_mib", re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")),
+    ("compute_buffer_mib", re.compile(r"\S+ compute buffer size =\s*([\d.]+) MiB")),
+    ("output_buffer_mib", re.compile(r"\S+\s+output buffer size =\s*([\d.]+) MiB")),
+)
+LLAMACPP_VALUES = (
+    ("n_ctx", re.compile(r"llama_context: n_ctx\s*=\s*(\d+)")),
+    ("n_ctx_seq", re.compile(r"llama_context: n_ctx_seq\s*=\s*(\d+)")),
+    ("n_seq_max", re.compile(r"llama_context: n_seq_max\s*=\s*(\d+)")),
+)
+# a new start of the server: figures from an earlier start no longer count
+LLAMACPP_RESTART = re.compile(r"srv\s+load_model: loading model '|llama_model_loader: loaded meta data")
+
+
+def parse_llamacpp_memory(lines: Iterable[str] | str, previous: dict | None = None) -> dict:
+    """llama-server's memory lines: model, KV cache, compute and output buffers (MiB), n_ctx, n_seq_max.
+
+    The watch loop hands the log over in chunks; pass what the earlier chunks gave as `previous` and
+    the sums go on from there (a line that starts the model again begins new sums)."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    found = dict(previous or {})
+    for line in lines:
+        if not isinstance(line, str):
+            continue
+        if LLAMACPP_RESTART.search(line):
+            found = {}
+            continue
+        for name, pattern in LLAMACPP_SUMS:
+            m = pattern.search(line)
+            if m:
+                found[name] = round(found.get(name, 0.0) + float(m.group(1)), 2)
+        for name, pattern in LLAMACPP_VALUES:
+            m = pattern.search(line)
+            if m:
+                found[name] = int(m.group(1))
+    return found
+
+
+def compare_llamacpp(report, actual: dict) -> list[dict]:
+    """Rows of Kiln's estimate vs llama-server's own figures (MiB), for a llama.cpp deployment."""
+    r = (report if isinstance(report, dict) else report.as_dict()) if report else {}
+    gpu = (r.get("gpus") or [{}])[0]
+    rows = [
+        ("model buffers", gpu.get("weights_bytes"), actual.get("model_buffer_mib"), "MiB"),
+        ("KV cache", gpu.get("kv_cache_bytes"), actual.get("kv_cache_mib"), "MiB"),
+        ("compute buffers", gpu.get("overhead_bytes"), actual.get("compute_buffer_mib"), "MiB"),
+        ("context (all slots)", r.get("max_model_len") and r.get("max_model_len") * (r.get("max_num_seqs") or 1),
+         actual.get("n_ctx"), "tokens"),
+    ]
+    out = []
+    for what, est, act, unit in rows:
+        if unit == "MiB" and est is not None:
+            est = round(est / MiB, 1)
+        ratio = round(act / est, 3) if est and act is not None else None
+        out.append({"what": what, "estimate": est, "actual": act, "unit": unit, "ratio": ratio})
+    return out
 
 
 def compare_with_estimate(report, actual: dict) -> list[dict]:

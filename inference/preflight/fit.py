@@ -161,7 +161,10 @@ def _vllm_overhead(shape: ModelShape, s: LaunchSettings, g: GPU, tp: int) -> vll
     return vllm_memory.estimate_overhead(
         shape, tensor_parallel_size=tp, max_num_batched_tokens=s.max_num_batched_tokens or batched,
         max_num_seqs=s.engine_max_num_seqs or default_seqs, enforce_eager=s.enforce_eager,
-        with_vision=bool(shape.vision) and not s.language_model_only)
+        with_vision=bool(shape.vision) and not s.language_model_only,
+        # vLLM 0.26 runs dense models on its V2 model runner, which captures CUDA graphs after sizing
+        # the KV cache; hybrids and MoE stay on V1, which takes its graph estimate out first
+        graphs_counted=bool(shape.linear_attention_layers or shape.num_experts))
 
 
 def _in_flight_tokens(s: LaunchSettings, g: GPU) -> int:
@@ -269,7 +272,7 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
                                    f"{g.used_bytes / GiB:.1f} GiB on {g.name})")
         w = weights // tp
         part = parts.get(id(g))
-        g_overhead = part.total if part else overhead
+        g_overhead = part.subtracted if part else overhead
         kv_room = budget - w - g_overhead
         budgets.append(GpuBudget(g.name, g.total_memory_bytes, budget, w, g_overhead, kv_room,
                                  g.total_memory_bytes - budget,

@@ -28,7 +28,8 @@ from inference.preflight import rules as preflight
 from inference.preflight.fit import GPU, GiB, MiB, FitError, LaunchSettings
 from inference.preflight.catalog import catalog_findings
 from inference.preflight.rules import Finding, RuntimeInfo
-from inference.preflight.capacity import compare_with_estimate, parse_vllm_capacity
+from inference.preflight.capacity import (compare_llamacpp, compare_with_estimate, parse_actual_usage,
+                                          parse_llamacpp_memory, parse_vllm_capacity)
 
 
 
@@ -221,7 +222,8 @@ def _meta_from_summary(s: Mapping[str, Any]) -> dict:
 # ---------------------------------------------------------------------------
 
 PROFILE_FIELDS = ("tensor_parallel_size", "dtype", "quantization", "max_model_len", "gpu_memory_utilization",
-                  "kv_cache_dtype", "attention_backend", "max_num_seqs", "speculative_config", "extra_args", "gpus")
+                  "kv_cache_dtype", "attention_backend", "max_num_seqs", "speculative_config", "extra_args", "gpus",
+                  "enable_prefix_caching")
 
 
 def _values(profile_values) -> dict:
@@ -261,7 +263,22 @@ def launch_settings(values: Mapping[str, Any], engine: str) -> LaunchSettings:
         quantization=(values.get("quantization") or None),
         attention_backend=(values.get("attention_backend") or None),
         speculative_config=spec if isinstance(spec, dict) else None,
+        engine_max_num_seqs=int(values["max_num_seqs"]) if values.get("max_num_seqs") else None,
+        enable_prefix_caching=values.get("enable_prefix_caching"),
+        language_model_only=_text_only(args),
     )
+
+
+def _text_only(args: list[str]) -> bool:
+    """--language-model-only, or --limit-mm-per-prompt with every modality at 0: no vision tower."""
+    if "--language-model-only" in args:
+        return True
+    limits = _flag(args, "--limit-mm-per-prompt")
+    try:
+        parsed = json.loads(limits) if limits else None
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and bool(parsed) and not any(parsed.values())
 
 
 # ---------------------------------------------------------------------------
@@ -408,7 +425,15 @@ def record_capacity(deployment, log_text_or_lines) -> dict:
     ones added (for tensor parallel the limiting rank wins, as in the parser).
     Returns the stored dict; {} and no write when the text holds none of them.
     """
+    if getattr(deployment, "engine", "vllm") == "llamacpp":
+        # llama-server's own figures: buffer sizes that add up over devices and caches
+        merged = parse_llamacpp_memory(log_text_or_lines, deployment.capacity or {})
+        if merged != (deployment.capacity or {}):
+            type(deployment).objects.filter(pk=deployment.pk).update(capacity=merged)
+            deployment.capacity = merged
+        return dict(merged)
     found = parse_vllm_capacity(log_text_or_lines)
+    found.update(parse_actual_usage(log_text_or_lines))
     if not found:
         return dict(deployment.capacity or {})
     merged = dict(deployment.capacity or {})
@@ -430,6 +455,8 @@ def estimate_vs_actual(deployment) -> list[dict]:
     """compare_with_estimate rows for the deployment page ([] before there is anything to compare)."""
     if not deployment.fit_estimate and not deployment.capacity:
         return []
+    if getattr(deployment, "engine", "vllm") == "llamacpp":
+        return compare_llamacpp(deployment.fit_estimate, deployment.capacity or {})
     if not deployment.fit_estimate:
         return [{"what": k, "estimate": None, "actual": v, "unit": "", "ratio": None}
                 for k, v in deployment.capacity.items() if k != "started"]

@@ -175,6 +175,8 @@ class ModelShape:
     estimated_weight_bytes: int = 0           # what the engine loads (MTP heads left out)
     exact_weight_bytes: int | None = None     # GGUF: summed tensor sizes from the file
     vision: dict | None = None                # a multimodal checkpoint's vision_config (its tower is 16 bit)
+    linear_dims: tuple[int, int, int, int] | None = None   # DeltaNet: key heads, value heads, key dim, value dim
+    num_experts: int = 0                      # routed experts per MoE layer (0: dense)
     vision_weight_bytes: int = 0              # part of the weights above; not loaded when text-only
     source: str = "config.json"
 
@@ -282,6 +284,10 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     params_linear, params_other = _count_params(cfg, kinds, config.get("vision_config"))
     shape.estimated_params = params_linear + params_other
     other_bytes = 2 if dtype_bytes(dtype) <= 2 else 4
+    if cfg.get("linear_num_value_heads"):
+        shape.linear_dims = (int(cfg.get("linear_num_key_heads", 0)), int(cfg["linear_num_value_heads"]),
+                             int(cfg.get("linear_key_head_dim", 0)), int(cfg.get("linear_value_head_dim", 0)))
+    shape.num_experts = int(cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts") or 0)
     if isinstance(config.get("vision_config"), Mapping):
         shape.vision = dict(config["vision_config"])
         shape.vision_weight_bytes = _vision_params(config["vision_config"]) * other_bytes

@@ -148,21 +148,72 @@ class Overhead:
     activation: int      # "peak activation": the torch peak of the profile run above the weights
     non_torch: int       # "non-torch memory": what grew outside torch's allocator during profiling
     cudagraph: int       # "CUDAGraph memory": vLLM's estimate for capturing its graphs (0 with --enforce-eager)
+    counted: bool = True  # whether vLLM takes the graphs out of the KV cache's share (V1 model runner)
 
     @property
     def total(self) -> int:
+        """All of it, as the "Actual usage is ..." line adds up."""
         return self.activation + self.non_torch + self.cudagraph
+
+    @property
+    def subtracted(self) -> int:
+        """What vLLM takes away from the requested memory before the KV cache."""
+        return self.activation + self.non_torch + (self.cudagraph if self.counted else 0)
+
+
+# Calibrated against the real starts in tests/fixtures/vllm_gpu (vLLM 0.26, H200); see estimate_overhead.
+SAMPLER_BYTES_PER_LOGIT = 8          # bf16 logits + their fp32 copy + the sampler's working copies
+GDN_FP32_COPIES = 6                  # Gated DeltaNet prefill kernels keep ~6 fp32 tensors of v_heads x head dims
+NON_TORCH_BYTES = int(0.23 * GiB)    # cuBLAS workspaces and the like (0.22-0.25 GiB measured)
+CUDAGRAPH_BASE = int(0.9 * GiB)      # 51 PIECEWISE + 51 FULL graphs up to 512 tokens (the 0.26 default)
+CUDAGRAPH_PER_LAYER = 4 * MiB
+QWEN_VL_IMAGE_TOKENS = 16384         # Qwen-VL image processors' default max pixels (16384 x 32 x 32) per image
+
+
+def forward_bytes_per_token(shape, tp: int = 1) -> int:
+    """Activation bytes one batched token needs at the widest point of one decoder layer (16-bit activations).
+
+    The profile run pushes max_num_batched_tokens through the model; layers run one after another,
+    so the peak is the residual stream plus the widest layer's temporaries."""
+    h, inter = shape.hidden_size, shape.intermediate_size
+    residual = 6 * h * 2
+    mlp = 3 * inter // tp * 2                                   # gate_up output + activation output
+    heads, kv, hd = shape.num_attention_heads, shape.num_kv_heads, shape.head_dim
+    attention = (2 * heads + 2 * kv) * hd // tp * 2 + heads * hd // tp * 2
+    widest = max(mlp, attention)
+    lin = getattr(shape, "linear_dims", None)
+    if shape.linear_attention_layers and lin:
+        k_heads, v_heads, k_dim, v_dim = lin
+        key, value = k_heads * k_dim // tp, v_heads * v_dim // tp
+        gdn = (2 * (2 * key + 2 * value) * 2                   # in_proj output and its split/conv copy
+               + GDN_FP32_COPIES * (v_heads // tp) * (k_dim + v_dim) * 4   # fp32 chunk-kernel tensors
+               + (v_heads // tp) * k_dim * v_dim * 4 // 64)      # one fp32 state per 64-token chunk
+        widest = max(widest, gdn)
+    return residual + widest
 
 
 def estimate_overhead(shape, *, tensor_parallel_size: int = 1, max_num_batched_tokens: int = 8192,
-                      max_num_seqs: int = 1024, enforce_eager: bool = False, with_vision: bool = False) -> Overhead:
-    """What vLLM's profile run will measure on one GPU (placeholder: calibrated against real starts)."""
+                      max_num_seqs: int = 1024, enforce_eager: bool = False, with_vision: bool = False,
+                      graphs_counted: bool = True) -> Overhead:
+    """What vLLM's profile run measures on one GPU, part by part.
+
+    peak activation = max(forward pass over max_num_batched_tokens, the sampler over max_num_seqs rows
+    of logits), plus for a multimodal model the encoder's outputs kept in the encoder cache while the
+    language model runs. CUDA graphs: vLLM's estimate, subtracted from the KV cache only where the
+    V1 model runner profiles it (hybrids, MoE); the V2 runner (0.26's default for dense models)
+    captures them afterwards, outside the requested memory.
+    """
     tp = max(1, int(tensor_parallel_size))
-    h, inter, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size
     tokens = int(max_num_batched_tokens)
-    forward = tokens * (3 * inter // tp + 4 * h) * 2
-    sampler = int(max_num_seqs) * vocab * 4 * 3 // tp
+    forward = tokens * forward_bytes_per_token(shape, tp)
+    sampler = int(max_num_seqs) * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT // tp
     activation = max(forward, sampler)
-    non_torch = int(0.2 * GiB) + (int(0.35 * GiB) if tp > 1 else 0)
-    graphs = 0 if enforce_eager else int(0.3 * GiB + shape.num_layers * 5 * MiB)
-    return Overhead(activation, non_torch, graphs)
+    if with_vision:
+        vision = getattr(shape, "vision", None) or {}
+        budget = max(tokens, QWEN_VL_IMAGE_TOKENS if vision.get("spatial_merge_size") else tokens)
+        # the encoder's output for one budget of tokens (two copies: the cache and the merged
+        # embeddings) and the language model's input embeddings
+        activation += 2 * budget * shape.hidden_size * 2 + tokens * shape.hidden_size * 2
+    non_torch = NON_TORCH_BYTES + (int(0.35 * GiB) if tp > 1 else 0)
+    graphs = 0 if enforce_eager else CUDAGRAPH_BASE + shape.num_layers * CUDAGRAPH_PER_LAYER
+    return Overhead(activation, non_torch, graphs, counted=graphs_counted)
