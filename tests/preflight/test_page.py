@@ -81,3 +81,34 @@ def test_plan_nvfp4_on_one_v100_stock_vllm_errors_then_1cat_clears_them_live(asg
     panel.locator('li.warning[data-code="nvfp4-emulated-on-sm70"]').wait_for(timeout=15000)
     page.screenshot(path=str(artifacts / "plan-1cat-ok.png"), full_page=True)
     page.close()
+
+
+@pytest.mark.browser
+def test_plan_opens_without_errors_and_a_preset_sets_the_hardware_it_names(asgi_server, browser, operator):
+    """The issue: the page opened on three red errors, and the 2× V100 preset left the hardware at 1× V100."""
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(asgi_server + "/login/")
+    page.fill("input[name=username]", operator.username)
+    page.fill("input[name=password]", operator.plain_password)
+    page.click("button[type=submit]")
+    page.wait_for_url(asgi_server + "/")
+    page.goto(asgi_server + "/deployments/plan")
+    panel = page.locator("#preflight-panel")
+    panel.locator('[data-answer="max_concurrency"]').wait_for(timeout=30000)
+    page.wait_for_function("() => document.querySelector('#preflight-panel [data-pf=state]').textContent.trim() !== ''",
+                           timeout=15000)
+    assert panel.locator("li.error").count() == 0, panel.inner_text()
+    assert page.input_value("#id_target") == "v100-32gb-x1" and page.is_checked("#id_sm70_build")
+    page.screenshot(path=str(artifacts / "plan-first-open.png"), full_page=True)
+
+    page.select_option("#id_preset", presets.QWEN_AWQ_TP2.slug)
+    assert page.input_value("#id_target") == "v100-32gb-x2"
+    assert page.input_value("#id_tensor_parallel_size") == "2"
+    page.wait_for_function("() => document.querySelectorAll('#preflight-panel .pf-gpu').length === 2", timeout=15000)
+    assert panel.locator("li.error").count() == 0, panel.inner_text()
+    page.select_option("#id_preset", presets.GEMMA_DEMO.slug)
+    assert page.input_value("#id_target") == "cpu" and not page.is_checked("#id_sm70_build")
+    page.close()
