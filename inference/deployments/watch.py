@@ -180,9 +180,9 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
     if status not in Deployment.WATCHED:
         watchers.pop(dep.pk, None)
     lines, log_from, log_to = w.follower.take()
-    if lines and dep.engine == "vllm":
+    if lines and dep.engine in ("vllm", "llamacpp"):
         # vLLM prints what it really allocated (weights GiB, KV cache GiB and tokens,
-        # maximum concurrency) while it starts: keep it beside the estimate.
+        # maximum concurrency) while it starts, llama-server its buffer sizes: keep them beside the estimate.
         record_capacity(dep, lines)
     dep.refresh_from_db()
     alert_hooks.deployment_watched(dep, w.state, actions)  # crashed / failed / unhealthy -> alerts (non-blocking)

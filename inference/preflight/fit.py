@@ -136,10 +136,14 @@ def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int,
     """Per-GPU memory the engine needs besides weights and KV cache."""
     notes = []
     if s.engine == "llamacpp":
-        # compute buffer: logits for one ubatch (512) plus a few activations
-        ubatch = 512
-        compute = ubatch * (shape.vocab_size * 4 + shape.hidden_size * 4 * 8)
-        notes.append(f"llama.cpp compute buffer ~{compute / MiB:.0f} MiB (ubatch 512)")
+        # compute buffer: one ubatch's f32 attention scores over a slot's context and its widest
+        # layer; output buffer: one row of f32 logits per slot (checked on a real llama-server log)
+        seqs = max(1, int(s.max_num_seqs or 1))
+        per_slot = _llamacpp_slot_context(s, shape)
+        compute = LLAMACPP_UBATCH * (per_slot * shape.num_attention_heads
+                                     + shape.intermediate_size + 4 * shape.hidden_size) * 4
+        compute += seqs * shape.vocab_size * 4
+        notes.append(f"llama.cpp compute and output buffers ~{compute / MiB:.0f} MiB (ubatch {LLAMACPP_UBATCH})")
         return compute, notes
     # vLLM / SGLang: the profile run's activation peak, sampler logits, NCCL and CUDA graphs
     tokens = s.max_num_batched_tokens or (8192 if s.engine == "sglang" else 2048)
@@ -154,6 +158,23 @@ def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int,
 
 
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)
+LLAMACPP_UBATCH = 512
+
+
+def _llamacpp_slot_context(s: LaunchSettings, shape: ModelShape) -> int:
+    """llama-server splits --ctx-size (Kiln's max_model_len) evenly over its --parallel slots."""
+    total = int(s.max_model_len or shape.max_position_embeddings or 4096)
+    return max(1, total // max(1, int(s.max_num_seqs or 1)))
+
+
+def _llamacpp_kv_bytes(cost: KVCost, slot_tokens: int, seqs: int) -> int:
+    """What llama-server's KV caches hold: every slot its own cells (kv_unified off); an interleaved
+    sliding-window cache keeps window + one ubatch per slot, padded to 256 cells, never more than the slot."""
+    swa = slot_tokens
+    if cost.window:
+        swa = min(slot_tokens, -(-(cost.window + LLAMACPP_UBATCH) // 256) * 256)
+    return seqs * (cost.bytes_per_token * slot_tokens + cost.sliding_bytes_per_token * swa
+                   + cost.state_bytes_per_sequence)
 
 
 def _vllm_overhead(shape: ModelShape, s: LaunchSettings, g: GPU, tp: int) -> vllm_memory.Overhead:
@@ -315,7 +336,10 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
             cache_tokens = 0
     if s.engine == "llamacpp" or used_gpus[0].compute_capability is None:
         # llama.cpp allocates exactly the context it is given, not the whole card
-        need = per_seq(max_len) * seqs // kv_split
+        if s.engine == "llamacpp":
+            need = _llamacpp_kv_bytes(cost, _llamacpp_slot_context(s, shape), seqs) // kv_split
+        else:
+            need = per_seq(max_len) * seqs // kv_split
         for b in budgets:
             b.kv_cache_bytes = need
             b.free_bytes = b.total_bytes - b.weights_bytes - b.overhead_bytes - need

