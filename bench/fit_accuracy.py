@@ -1,9 +1,12 @@
-"""How close is the fit calculator to the truth? Weights within 3 %, KV cache per token exact.
+"""How close is the fit calculator to the truth? Weights within 3 %, KV cache per token exact,
+and against real vLLM 0.26 starts: KV cache memory, tokens and concurrency within 3 %, overhead within 30 %.
 
     .venv/bin/python bench/fit_accuracy.py     (from the repository root)
 
 Truth comes from tests/preflight/fit_truth.py (tensor-by-tensor counts of each
-checkpoint) and, for the GGUF demo model, from the file's own bytes on disk.
+checkpoint), for the GGUF demo model from the file's own bytes on disk, and for the
+real rows from vLLM's own start-up lines in tests/fixtures/vllm_gpu/<run>/vllm.log
+(started with --load-format dummy on an H200 by shared/tools/vllm-gpu/probe.py).
 """
 import json
 import os
@@ -16,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from inference.preflight import fit  # noqa: E402
-from tests.preflight import fit_truth# noqa: E402
+from tests.preflight import fit_truth, real_runs  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -64,8 +67,26 @@ def main() -> int:
             # 3 of 18 layers are global (Gemma 3 pattern 6), 1 KV head of 256
             report("Gemma-3-270M Q4_K_M (GGUF)", shape.exact_weight_bytes, on_disk,
                    fit.kv_cost(shape).bytes_per_token, fit_truth.kv_bytes_per_token(3, 1, 256, 2))
+    ok &= real_rows()
     print(f"\n{'all within target' if ok else 'TARGET MISSED'} ({time.perf_counter() - started:.1f} s)")
     return 0 if ok else 1
+
+
+def real_rows() -> bool:
+    """Kiln's estimate beside vLLM's own figures for every real run kept as a fixture."""
+    ok = True
+    print(f"\nagainst real vLLM 0.26 on one H200 (tests/fixtures/vllm_gpu)\n"
+          f"{'run':<18}{'figure':<28}{'estimate':>14}{'vLLM':>14}{'error':>9}  verdict")
+    for name in real_runs.run_names():
+        run = real_runs.load(name)
+        for what, est, actual, allowed in real_runs.rows(run):
+            err = (est - actual) / actual
+            good = abs(err) <= allowed
+            ok &= good
+            fmt = ",.0f" if "tokens" in what else ",.2f"
+            print(f"{name:<18}{what:<28}{est:>14{fmt}}{actual:>14{fmt}}{err:>+9.2%}  "
+                  f"{'ok' if good else 'MISS'} (±{allowed:.0%})")
+    return ok
 
 
 if __name__ == "__main__":
