@@ -89,6 +89,10 @@ ACTIONS: dict[str, str] = {
     "alert_rule_delete": "alert_rule.delete",
     # benchmarks (pages)
     "benchmark_import": "benchmark.import",
+    "experiments": "experiment.create",
+    "experiment_preset": "experiment.create_preset",
+    "experiment_cancel": "experiment.cancel",
+    "experiment_resume": "experiment.resume",
     # /api/: jobs
     "api:api_worker_check": "job.worker_check",
     # /api/: models

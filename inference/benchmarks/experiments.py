@@ -38,11 +38,11 @@ import uuid
 
 from django.db import close_old_connections, transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext as _, gettext_lazy
 
 from dashboard import jobs
 from dashboard.celery import host_queue
-from inference.benchmarks import services as benchmark_runs, verdict
+from inference.benchmarks import compare as compare_mod, services as benchmark_runs, verdict
 from inference.benchmarks.scenarios import SCENARIOS
 from inference.benchmarks.tasks import experiment_run
 from inference.models import BenchmarkRun, Deployment, Experiment, ExperimentStep, LaunchProfile
@@ -653,5 +653,74 @@ def analysis(experiment: Experiment) -> dict:
         result["title"] = str(scenario.title) if scenario else name
         result["curves"] = verdict.curves(mine, labels, experiment.slo_decode_tok_s)
         workloads.append(result)
+    argvs: dict[int, list] = {}
+    for step in experiment.steps.filter(kind=ExperimentStep.Kind.MEASURE).exclude(run=None).select_related("run"):
+        argvs.setdefault(step.configuration, list((step.run.snapshot or {}).get("argv") or []))
+    differences = []
+    if len(argvs) == len(labels) and len(labels) > 1:
+        diff = compare_mod.diff_launch_args([argvs[i] for i in range(len(labels))])
+        differences = [{"flag": flag or _("(program and model)"), "values": values} for flag, values in diff.items()]
     return {"workloads": workloads, "labels": labels, "method": str(verdict.METHOD),
-            "measurements": len(rows)}
+            "measurements": len(rows), "differences": differences}
+
+
+# --------------------------------------------------------------------------
+# Presets: the questions users bring
+# --------------------------------------------------------------------------
+
+SWEET_SPOT_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+PRESETS = {
+    "speculative": {
+        "title": gettext_lazy("With vs without speculative decoding"),
+        "description": gettext_lazy(
+            "For a launch profile with a draft model (e.g. the DFlash2 preset): the same profile without its "
+            "draft as A, with it as B; same model files and context length, prefix cache off in both, "
+            "concurrency 1; a decode-heavy and a long-prefill workload, 3 repetitions. Checks the speed-up "
+            "claims on your own card."),
+    },
+    "sweet-spot": {
+        "title": gettext_lazy("Find the concurrency sweet spot"),
+        "description": gettext_lazy(
+            "Sweeps concurrency 1, 2, 4 … 64 (3 repetitions each) and marks where throughput stops growing "
+            "and where per-stream speed falls below the SLO you set."),
+    },
+}
+
+
+def has_draft(profile: LaunchProfile) -> bool:
+    return bool(profile.speculative_config)
+
+
+def _copy_profile(profile: LaunchProfile, name: str, **changes) -> LaunchProfile:
+    """A copy of the user's profile for the experiment; theirs stays as it is."""
+    copy = LaunchProfile.objects.get(pk=profile.pk)
+    copy.pk = None
+    copy.name = name[:200]
+    copy.preset = ""
+    for field, value in changes.items():
+        setattr(copy, field, value)
+    copy.save()
+    return copy
+
+
+def preset_speculative(*, profile: LaunchProfile, user=None, repetitions: int = 3) -> Experiment:
+    if not has_draft(profile):
+        raise ExperimentInputError(_("%(name)s has no draft model (speculative config); choose a profile with one, "
+                                     "e.g. the DFlash2 preset.") % {"name": profile.name}, code="no_draft")
+    baseline = _copy_profile(profile, _("%(name)s — without speculative decoding") % {"name": profile.name},
+                             speculative_config={}, enable_prefix_caching=False)
+    speculative = _copy_profile(profile, _("%(name)s — with speculative decoding") % {"name": profile.name},
+                                enable_prefix_caching=False)
+    return experiment_create(
+        name=_("Speculative decoding: %(name)s") % {"name": profile.name}, preset="speculative", user=user,
+        configurations=[{"profile": baseline, "label": _("without draft")},
+                        {"profile": speculative, "label": _("with draft")}],
+        scenario="decode-single-stream", scenarios=["prefill-long-prompt"], concurrency_levels=[1],
+        repetitions=repetitions, order=Experiment.Order.BLOCKS)
+
+
+def preset_sweet_spot(*, configuration: dict, slo_decode_tok_s=None, user=None, repetitions: int = 3) -> Experiment:
+    return experiment_create(
+        name=_("Concurrency sweet spot"), preset="sweet-spot", user=user, configurations=[configuration],
+        scenario="concurrency-sweep", concurrency_levels=list(SWEET_SPOT_LEVELS), repetitions=repetitions,
+        slo_decode_tok_s=slo_decode_tok_s, order=Experiment.Order.BLOCKS)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.forms.models import model_to_dict
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from dashboard import jobs
 from dashboard.celery import host_queue
@@ -429,7 +430,13 @@ def benchmark_import(*, data: bytes, file_name: str = "", user=None, label: str 
     except compare_mod.ResultFormatError as exc:
         raise BenchmarkInputError(str(exc)) from None
     if not results:
-        raise BenchmarkInputError("The file holds no results.")
+        raise BenchmarkInputError(_("The file holds no results."))
+    if not any(_measured(r) for r in results):
+        # A result with no finished request (or no figures at all) is not a measurement: refused,
+        # never shown as "Succeeded" beside real runs.
+        raise BenchmarkInputError(_("The file holds no measured data: no result has a finished request with "
+                                    "throughput or latency figures. Export the run again once it has finished."),
+                                  code="no_data")
     guidellm = any(r.get("source") == "guidellm" for r in results)
     source = BenchmarkRun.Source.GUIDELLM if guidellm else BenchmarkRun.Source.VLLM_BENCH
     for i, r in enumerate(results):
@@ -441,7 +448,7 @@ def benchmark_import(*, data: bytes, file_name: str = "", user=None, label: str 
     kiln = first.get("kiln") if isinstance(first.get("kiln"), dict) else {}
     snapshot = {"imported_from": file_name, "source": source, "server_metrics": sum_server_metrics(results)}
     for key in ("profile", "argv", "engine", "model", "gpu"):
-        if key in kiln:
+        if kiln.get(key) is not None:
             snapshot[key] = kiln[key]
     snapshot.setdefault("model", {"name": model, "sha256": {}})
     engine = (kiln.get("engine") or {}).get("name") or ""
@@ -453,6 +460,13 @@ def benchmark_import(*, data: bytes, file_name: str = "", user=None, label: str 
         model_name=model or snapshot["model"].get("name", ""), engine=engine, gpu_name=gpu,
         started=now, finished=now, created_by=user,
     )
+
+
+def _measured(result: dict) -> bool:
+    completed = compare_mod._number(result.get("completed"))
+    figures = [compare_mod._number(result.get(k)) for k in ("output_throughput", "request_throughput",
+                                                             "mean_e2el_ms", "mean_ttft_ms")]
+    return bool(completed) and any(v is not None and v > 0 for v in figures)
 
 
 def benchmark_export(run: BenchmarkRun) -> dict | list:

@@ -1,14 +1,18 @@
 """Benchmark pages (their JSON API is inference/benchmarks/api.py). Thin: services.py does the work."""
+import json
+
 from django.contrib import messages
+from django.http import HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.api import MAX_INT
-from dashboard.roles import operator_required
-from inference.benchmarks import services as svc
-from inference.models import BenchmarkRun
+from dashboard.roles import is_operator, operator_required
+from inference.benchmarks import experiments, report, services as svc, verdict
+from inference.benchmarks.forms import ExperimentForm, PresetForm, parse_configuration
+from inference.models import BenchmarkRun, Experiment, LaunchProfile
 
 
 def _filters(request):
@@ -126,3 +130,145 @@ def benchmark_import_page(request):
         return redirect("benchmarks")
     messages.success(request, ngettext("Imported %(file)s as run #%(id)s (%(count)s result).", "Imported %(file)s as run #%(id)s (%(count)s results).", len(run.result)) % {"file": upload.name, "id": run.pk, "count": len(run.result)})
     return redirect("benchmark_detail", run_id=run.pk)
+
+
+# ---------------------------------------------------------------- experiments
+
+
+def _experiment_or_404(experiment_id):
+    return get_object_or_404(Experiment.objects.select_related("created_by"), pk=experiment_id)
+
+
+@require_http_methods(["GET", "POST"])
+def experiments_page(request):
+    """The list, the presets and the "new experiment" form (POST: operators create)."""
+    form = ExperimentForm(request.POST or None, initial={"repetitions": 3, "scenario": "decode-single-stream"})
+    status = 200
+    if request.method == "POST":
+        if not is_operator(request.user):
+            return HttpResponseForbidden(_("Only operators start experiments."))
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                experiment = experiments.experiment_create(
+                    name=data["name"], configurations=form.configurations(), scenario=data["scenario"],
+                    overrides=form.overrides(), concurrency_levels=data["concurrency_levels"],
+                    prompt_lengths=data["prompt_lengths"], repetitions=data["repetitions"], order=data["order"],
+                    slo_decode_tok_s=data["slo_decode_tok_s"], user=request.user)
+            except experiments.ExperimentInputError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, _("Experiment #%(id)s queued.") % {"id": experiment.pk})
+                return redirect("experiment_detail", experiment_id=experiment.pk)
+        status = 400
+    return render(request, "benchmarks/experiments.html", {
+        "form": form, "experiments": Experiment.objects.select_related("created_by")[:100],
+        "presets": experiments.PRESETS, "preset_form": PresetForm(),
+        "draft_profiles": [p for p in LaunchProfile.objects.order_by("name") if experiments.has_draft(p)],
+    }, status=status)
+
+
+@require_POST
+@operator_required
+def experiment_preset(request):
+    form = PresetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Choose a preset and a configuration."))
+        return redirect("experiments")
+    data = form.cleaned_data
+    config = parse_configuration(data["configuration"])
+    try:
+        if data["preset"] == "speculative":
+            profile = LaunchProfile.objects.filter(pk=(config or {}).get("profile")).first()
+            if profile is None:
+                raise experiments.ExperimentInputError(_("Choose a launch profile with a draft model."))
+            experiment = experiments.preset_speculative(profile=profile, user=request.user)
+        else:
+            experiment = experiments.preset_sweet_spot(configuration=config or {}, user=request.user,
+                                                       slo_decode_tok_s=data["slo_decode_tok_s"])
+    except experiments.ExperimentInputError as exc:
+        messages.error(request, _("Not started: %(reason)s") % {"reason": exc})
+        return redirect("experiments")
+    messages.success(request, _("Experiment #%(id)s queued.") % {"id": experiment.pk})
+    return redirect("experiment_detail", experiment_id=experiment.pk)
+
+
+def _steps(experiment):
+    labels = experiment.labels
+    rows = []
+    for step in experiment.steps.select_related("run"):
+        rows.append({"step": step, "label": labels[step.configuration] if step.configuration < len(labels) else "?",
+                     "where": verdict.point_label(step.concurrency, step.prompt_tokens)})
+    return rows
+
+
+def experiment_state(experiment) -> dict:
+    return {"id": experiment.pk, "status": experiment.status, "status_label": experiment.get_status_display(),
+            "colour": experiment.colour, "progress": experiment.progress, "error": experiment.error,
+            "steps": [{"id": s.pk, "status": s.status, "status_label": s.get_status_display(), "colour": s.colour,
+                       "note": s.note, "run": s.run_id} for s in experiment.steps.all()]}
+
+
+@require_GET
+def experiment_detail(request, experiment_id):
+    experiment = _experiment_or_404(experiment_id)
+    result = experiments.analysis(experiment)
+    return render(request, "benchmarks/experiment_detail.html", {
+        "experiment": experiment, "analysis": result, "steps": _steps(experiment),
+        "configurations": list(zip(experiment.labels, experiment.configurations)),
+        "chart_payload": {"workloads": [{"title": w["title"], "curves": w["curves"]} for w in result["workloads"]],
+                          "labels": result["labels"]},
+    })
+
+
+@require_GET
+def experiment_progress(request, experiment_id):
+    return JsonResponse(experiment_state(_experiment_or_404(experiment_id)))
+
+
+@require_POST
+@operator_required
+def experiment_cancel(request, experiment_id):
+    try:
+        experiments.experiment_cancel(experiment=_experiment_or_404(experiment_id), user=request.user)
+        messages.success(request, _("Cancelling: the current measurement stops, then what was launched is stopped."))
+    except experiments.ExperimentInputError as exc:
+        messages.error(request, str(exc))
+    return redirect("experiment_detail", experiment_id=experiment_id)
+
+
+@require_POST
+@operator_required
+def experiment_resume(request, experiment_id):
+    try:
+        experiments.experiment_resume(experiment=_experiment_or_404(experiment_id), user=request.user)
+        messages.success(request, _("Queued again: steps already done are kept."))
+    except experiments.ExperimentInputError as exc:
+        messages.error(request, str(exc))
+    return redirect("experiment_detail", experiment_id=experiment_id)
+
+
+@require_GET
+def experiment_report(request, experiment_id):
+    """One self-contained HTML file: verdict, tables, charts (plotly.js inlined), no network needed."""
+    experiment = _experiment_or_404(experiment_id)
+    response = HttpResponse(report.render(experiment), content_type="text/html; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="kiln-experiment-{experiment.pk}.html"'
+    return response
+
+
+@require_GET
+def experiment_results(request, experiment_id):
+    """Every measurement as `vllm bench serve --append-result` JSON lines (Kiln's own import reads them)."""
+    experiment = _experiment_or_404(experiment_id)
+    lines = []
+    for step in experiment.steps.filter(kind="measure").select_related("run").exclude(run=None):
+        exported = svc.benchmark_export(step.run)
+        for item in exported if isinstance(exported, list) else [exported]:
+            item["kiln"] = {**item.get("kiln", {}), "experiment": experiment.pk, "step": step.index,
+                            "configuration": experiment.labels[step.configuration], "repetition": step.repetition,
+                            "step_status": step.status}
+            lines.append(json.dumps(item, allow_nan=False, default=str))
+    response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="kiln-experiment-{experiment.pk}.jsonl"'
+    return response

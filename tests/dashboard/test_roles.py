@@ -40,7 +40,8 @@ from dashboard.models import Job
 from dashboard.routing import CLOSE_NOT_FOUND, websocket_urlpatterns
 from inference.deployments.presets import GEMMA_DEMO
 from inference.gateway import keys
-from inference.models import Batch, BatchFile, BenchmarkRun, Deployment, EngineRuntime, LaunchProfile, ModelArtifact
+from inference.models import (Batch, BatchFile, BenchmarkRun, Deployment, EngineRuntime, Experiment, LaunchProfile,
+                              ModelArtifact)
 from monitoring.alerts.models import AlertChannel, AlertRule
 from monitoring.consumers import CLOSE_NOT_AUTHENTICATED
 from tests.helpers import REPO
@@ -86,6 +87,14 @@ PAGES = {
     "benchmarks/compare": {"GET": READ},
     "benchmarks/import": {"POST": CHANGE},
     "benchmarks/<int:run_id>/": {"GET": READ},
+    "benchmarks/experiments/": {"GET": READ, "POST": CHANGE},
+    "benchmarks/experiments/preset": {"POST": CHANGE},
+    "benchmarks/experiments/<int:experiment_id>/": {"GET": READ},
+    "benchmarks/experiments/<int:experiment_id>/progress": {"GET": READ},
+    "benchmarks/experiments/<int:experiment_id>/cancel": {"POST": CHANGE},
+    "benchmarks/experiments/<int:experiment_id>/resume": {"POST": CHANGE},
+    "benchmarks/experiments/<int:experiment_id>/report.html": {"GET": READ},
+    "benchmarks/experiments/<int:experiment_id>/results.jsonl": {"GET": READ},
     "monitoring/": {"GET": READ},
     "monitoring/history": {"GET": READ},
     "monitoring/history.csv": {"GET": READ},
@@ -218,6 +227,9 @@ def rows(db, tmp_path, operator):
                                       result=result)
     run2 = BenchmarkRun.objects.create(scenario="decode-single-stream", status="succeeded", deployment=deployment,
                                        result=result)
+    experiment = Experiment.objects.create(name="e", host=settings.HOST_NAME, scenario="decode-single-stream",
+                                           status="succeeded",
+                                           configurations=[{"label": "A", "name": "d", "deployment": deployment.pk}])
     key, _ = keys.key_create(user=operator, name="ops")
     job = Job.objects.create(kind="worker-check", created_by=operator)
     channel = AlertChannel(name="ops", kind="webhook")
@@ -232,7 +244,7 @@ def rows(db, tmp_path, operator):
                                  status="completed", total=1)
     return {"batch_id": batch.pk, "which": "input",
             "channel_id": channel.pk, "rule_id": rule.pk, "user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
-            "deployment_id": deployment.pk, "run_id": run.pk, "run_id2": run2.pk, "key_id": key.pk, "job_id": job.pk,
+            "deployment_id": deployment.pk, "experiment_id": experiment.pk, "run_id": run.pk, "run_id2": run2.pk, "key_id": key.pk, "job_id": job.pk,
             "slug": GEMMA_DEMO.slug}
 
 
