@@ -49,7 +49,11 @@ class GpuConditions:
         self.since: dict[tuple[str, str], float] = {}
         self.open: set[tuple[str, str]] = set()
         # Resolved here, not in the first tick: the first reverse() loads every URLconf (~1 s).
-        self.link = reverse("monitoring")
+        try:
+            self.link = reverse("monitoring")
+        except Exception:  # noqa: BLE001 - a broken page must not stop GPU sampling
+            log.exception("alert links: cannot resolve the monitoring page")
+            self.link = "/monitoring/"
 
     def observe(self, gpus: list[dict], xids: list[dict]) -> None:
         try:
