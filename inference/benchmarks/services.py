@@ -555,12 +555,55 @@ def roofline(run: BenchmarkRun, bandwidth_gbps: float | None = None) -> dict:
     return out
 
 
+# The metrics the compare page shows first (the rest are folded away).
+KEY_METRICS = ("output_throughput", "median_decode_tokens_per_s_per_stream", "median_ttft_ms", "median_tpot_ms",
+               "median_e2el_ms", "request_goodput", "request_throughput", "failed")
+
+
+def workload_of(run: BenchmarkRun) -> dict:
+    """What load a run applied and on what: the fields that must match for two runs to be comparable."""
+    config = run.config or {}
+    load = config.get("load") or {}
+    steps = [s for s in run.result or [] if isinstance(s, dict)]
+    levels = sorted({s.get("max_concurrency") for s in steps if s.get("max_concurrency") is not None})
+    rates = sorted({str(s.get("request_rate")) for s in steps if s.get("request_rate") is not None})
+    done = sum(s.get("completed") or 0 for s in steps)
+    prompt_mean = (sum(s.get("total_input_tokens") or 0 for s in steps) / done) if done else None
+    output_mean = (sum(s.get("total_output_tokens") or 0 for s in steps) / done) if done else None
+    model = run.snapshot.get("model") or {}
+    hashes = model.get("sha256") or {}
+    engine = run.snapshot.get("engine") or {}
+    return {
+        "scenario": run.scenario or "",
+        "concurrency": ", ".join(str(v) for v in levels) or str(load.get("concurrency") or ""),
+        "request_rate": ", ".join(rates) or str(load.get("request_rate") or ""),
+        "prompts": str(config.get("num_prompts") or (steps[0].get("num_prompts") if steps else "") or ""),
+        "prompt_tokens": f"{prompt_mean:.0f}" if prompt_mean else str(config.get("prompt_tokens") or ""),
+        "output_tokens": f"{output_mean:.0f}" if output_mean else str(config.get("output_tokens") or ""),
+        "engine": " ".join(x for x in (engine.get("name") or run.engine, engine.get("version")) if x),
+        "gpu": run.gpu_name or (run.snapshot.get("gpu") or {}).get("name") or "",
+        "model": run.model_name or model.get("name") or "",
+        "model_hash": ", ".join(f"{v[:12]}…" for v in sorted(hashes.values())) if hashes else "",
+    }
+
+
+def workload_names() -> dict:
+    return {"scenario": _("workload"), "concurrency": _("concurrency"), "request_rate": _("request rate"),
+            "prompts": _("prompts"), "prompt_tokens": _("prompt tokens (mean)"),
+            "output_tokens": _("output tokens (mean)"), "engine": _("engine and version"), "gpu": _("GPU"),
+            "model": _("model"), "model_hash": _("model sha256")}
+
+
 def compare_runs(runs: list[BenchmarkRun], baseline_id: int | None = None,
                  bandwidth_gbps: float | None = None) -> dict:
-    """Side-by-side table (each run's headline step), ratios to the baseline,
-    differing launch arguments, chart data and roofline per run."""
+    """Side by side, around the question "is B faster than A?": a verdict in
+    words (runs with the same launch arguments and workload are pooled as
+    repetitions of one configuration, which gives confidence intervals; single
+    runs give ratios and say they cannot separate a difference from noise),
+    what differs between the runs (launch arguments and workload), the
+    metric table (ratios to the baseline), chart data and roofline per run."""
     if len(runs) < 2:
-        raise BenchmarkInputError("Pick at least two runs to compare.")
+        raise BenchmarkInputError(_("Pick at least two runs to compare."))
     ids = [r.pk for r in runs]
     baseline = ids.index(baseline_id) if baseline_id in ids else 0
     heads = []
@@ -572,16 +615,47 @@ def compare_runs(runs: list[BenchmarkRun], baseline_id: int | None = None,
     table = compare_mod.compare(heads, baseline=baseline, launch_argvs=argvs if any(argvs) else None)
     table["run_ids"] = ids
     for row in table["rows"]:
-        verdicts = []
-        for i, ratio in enumerate(row["ratios"]):
-            if i == baseline or ratio is None or abs(ratio - 1.0) < 0.02:
-                verdicts.append("same")
-            elif (ratio > 1.0) == (row["better"] == "higher"):
-                verdicts.append("better")
-            else:
-                verdicts.append("worse")
-        row["verdicts"] = verdicts
-    return {"table": table, "charts": chart_data(runs), "rooflines": [roofline(r, bandwidth_gbps) for r in runs]}
+        # One run each gives no interval: the direction is shown, never "better", "worse" or "same".
+        row["verdicts"] = ["baseline" if i == baseline else ("unknown" if ratio is not None else "none")
+                           for i, ratio in enumerate(row["ratios"])]
+    workloads = [workload_of(r) for r in runs]
+    names = workload_names()
+    differences = [{"field": key, "name": names[key], "values": [w[key] for w in workloads]}
+                   for key in names if len({w[key] for w in workloads}) > 1]
+    return {"table": table, "charts": chart_data(runs), "rooflines": [roofline(r, bandwidth_gbps) for r in runs],
+            "verdict": pooled_verdict(runs, baseline), "differences": differences,
+            "argv_recorded": [bool(a) for a in argvs]}
+
+
+def pooled_verdict(runs: list[BenchmarkRun], baseline: int = 0) -> dict:
+    """Group runs by (launch arguments, workload): each group is a configuration,
+    its runs repetitions; then the same statistics as an experiment."""
+    from inference.benchmarks import verdict as verdict_mod
+
+    keys, groups = [], []
+    for r in runs:
+        w = workload_of(r)
+        key = json.dumps([r.snapshot.get("argv") or [f"run {r.pk}"], {k: w[k] for k in
+                          ("scenario", "concurrency", "prompt_tokens", "output_tokens", "engine", "gpu", "model")}],
+                         sort_keys=True, default=str)
+        if key not in keys:
+            keys.append(key)
+            groups.append([])
+        groups[keys.index(key)].append(r)
+    base_group = next(i for i, g in enumerate(groups) if runs[baseline] in g)
+    order = [base_group] + [i for i in range(len(groups)) if i != base_group]
+    labels = [", ".join(f"#{r.pk}" for r in groups[i]) for i in order]
+    measurements = []
+    for config, i in enumerate(order):
+        for rep, r in enumerate(groups[i]):
+            for step in r.result or []:
+                if isinstance(step, dict):
+                    measurements.append({"configuration": config, "repetition": rep, "concurrency":
+                                         step.get("max_concurrency"), "prompt_tokens": None, "metrics": step,
+                                         "run_id": r.pk})
+    result = verdict_mod.analyse(measurements, labels)
+    result["pooled"] = any(len(g) > 1 for g in groups)
+    return result
 
 
 def chart_data(runs: list[BenchmarkRun]) -> dict:

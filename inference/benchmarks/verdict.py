@@ -149,6 +149,8 @@ def analyse(measurements: list[dict], labels: list[str], baseline: int = 0,
                     continue
                 ratio = stats.ratio_ci(series[baseline], series[i])
                 verdict, text = sentence(metric, ratio, labels[baseline], labels[i], where)
+                if ratio is None:  # not measured on both sides at this point: nothing to say
+                    verdict, text = "none", ""
                 ratios.append(ratio.as_dict() if ratio else None)
                 verdicts.append(verdict)
                 sentences.append(text)

@@ -108,8 +108,13 @@ def benchmark_compare(request):
     table = data["table"]
     rows = [{"metric": row["metric"], "better": row["better"],
              "cells": list(zip(row["values"], row["ratios"], row["verdicts"]))} for row in table["rows"]]
-    args = [{"flag": flag or "(program and model)", "values": values} for flag, values in table["launch_args"].items()]
-    context.update({"runs": runs, "table": table, "rows": rows, "args": args, "data": data,
+    key_rows = sorted((r for r in rows if r["metric"] in svc.KEY_METRICS), key=lambda r: svc.KEY_METRICS.index(r["metric"]))
+    other_rows = [r for r in rows if r["metric"] not in svc.KEY_METRICS]
+    args = [{"flag": flag or _("(program and model)"), "values": values}
+            for flag, values in table["launch_args"].items()]
+    context.update({"runs": runs, "table": table, "key_rows": key_rows, "other_rows": other_rows, "args": args,
+                    "data": data, "verdict": data["verdict"], "differences": data["differences"],
+                    "argv_recorded": all(data["argv_recorded"]),
                     "roof_pairs": list(zip(runs, data["rooflines"])),
                     "baseline_id": runs[table["baseline"]].pk})
     return render(request, "benchmarks/benchmarks_compare.html", context)

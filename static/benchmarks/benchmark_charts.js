@@ -12,7 +12,14 @@ window.KilnBench = (function () {
       name: s.name, mode: "lines+markers", type: "scatter",
       x: s.concurrency.map((c, i) => (c == null ? i + 1 : c)), y: s.output_throughput,
     }));
-    Plotly.newPlot("chart-throughput", traces, layout(gettext("concurrency"), gettext("output tokens/s")), config);
+    // Ticks only at the measured levels (a single run at concurrency 1 must not show 0.5 and 1.5).
+    const levels = [...new Set(traces.flatMap((t) => t.x))].sort((a, b) => a - b);
+    const wide = levels.length > 2 && levels[0] > 0 && levels[levels.length - 1] / levels[0] >= 8;
+    const axis = { title: { text: gettext("concurrency") }, tickvals: levels, ticktext: levels.map(String),
+                   type: wide ? "log" : "linear", range: wide ? undefined : [0, Math.max(...levels) * 1.15] };
+    const ymax = Math.max(0, ...traces.flatMap((t) => t.y.filter((v) => v !== null && v !== undefined)));
+    Plotly.newPlot("chart-throughput", traces, layout(gettext("concurrency"), gettext("output tokens/s"),
+      { xaxis: axis, yaxis: { title: { text: gettext("output tokens/s") }, range: [0, ymax * 1.15 || 1] } }), config);
   }
 
   function ttft(series) {
