@@ -233,7 +233,10 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
                 break       # one finding per rule, not one per GPU
     if fit_report is not None and not fit_report.fits:
         fix = fit_report.suggestions[0] if fit_report.suggestions else gettext("use more GPUs or a smaller checkpoint")
-        for err in fit_report.errors or [gettext("the model does not fit on these GPUs")]:
+        cpu = bool(gpus) and all(g.compute_capability is None for g in gpus)
+        nofit = gettext("the model does not fit in this machine's RAM") if cpu \
+            else gettext("the model does not fit on these GPUs")
+        for err in fit_report.errors or [nofit]:
             findings.append(Finding("error", "does-not-fit", err, fix))
     findings.sort(key=lambda f: f.level != "error")
     return findings

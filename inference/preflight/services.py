@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
+
+from django.utils.translation import gettext as _
 
 from inference.deployments.presets import PRESET_META_DIR
 from inference.preflight import fit
@@ -317,7 +320,19 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
     findings: list[Finding] = []
     report = None
     gpus = list(gpus or [])
-    if not gpus:
+    if info.engine == "llamacpp" and meta and "general.architecture" not in meta:
+        # A Hugging Face folder (config.json + safetensors): llama-server loads only GGUF files.
+        findings.append(Finding("error", "llamacpp-needs-gguf",
+                                _("llama.cpp loads GGUF files; this model is a safetensors (Hugging Face) folder."),
+                                _("launch it with vLLM or SGLang, or download a GGUF of this model "
+                                  "(for example its *Q4_K_M*.gguf file)")))
+    if not gpus and _host_has_no_gpu(profile_values):
+        findings.append(Finding("error", "host-has-no-gpu",
+                                _("%(host)s has no GPU (its monitor reports none), but GPUs %(gpus)s are chosen.")
+                                % {"host": _host_of(profile_values),
+                                   "gpus": ",".join(str(i) for i in _values(profile_values).get("gpus") or [])},
+                                _("leave the GPU list empty to run on the CPU, or pick a planning target")))
+    elif not gpus:
         findings.append(Finding("warning", "no-gpu-facts",
                                 "Kiln has no description of these GPUs (the monitor has not reported them).",
                                 "start the monitor on that host, or pick a planning target"))
@@ -345,6 +360,7 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
                                     "re-verify the model so that its config.json or GGUF header is read again"))
     if report is not None:
         _tidy_suggestions(report)
+        _tidy_for_hardware(report, cpu=bool(gpus) and gpus[0].compute_capability is None)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
         findings += catalog_findings(info, gpus, meta)  # which catalog build to install for this hardware
@@ -362,6 +378,65 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
         "runtime": {"engine": info.engine, "version": info.version, "name": info.name,
                     "sm70_build": info.is_sm70_build},
     }
+
+
+def _host_of(profile_values) -> str:
+    from django.conf import settings as django_settings
+
+    host = getattr(profile_values, "host", None) or _values(profile_values).get("host")
+    return host or django_settings.HOST_NAME
+
+
+def _host_has_no_gpu(profile_values) -> bool:
+    """GPUs were chosen, and the host's monitor says it has none (NVML found no GPU or no driver)."""
+    if not _values(profile_values).get("gpus"):
+        return False
+    from dashboard.services import monitor_heartbeats
+
+    try:
+        beats = {b["host"]: b for b in monitor_heartbeats()}
+    except Exception:  # Redis down: no heartbeat to go by, the warning stands
+        return False
+    beat = beats.get(_host_of(profile_values))
+    if beat is None:
+        return False
+    nvml = beat.get("nvml") or {}
+    return not nvml.get("ok") or not nvml.get("gpu_count")
+
+
+def _weights_exceed_the_card(report: fit.FitReport) -> bool:
+    return any(b.weights_bytes > b.total_bytes for b in report.gpus)
+
+
+def _tidy_for_hardware(report: fit.FitReport, cpu: bool) -> None:
+    """Advice in terms of the hardware planned: when the weights alone are more than
+    a card holds, lowering activation or cache memory cannot help; say so. On the CPU
+    there are no GPUs, and one request is one request."""
+    if not report.fits and report.gpus and _weights_exceed_the_card(report):
+        b = max(report.gpus, key=lambda g: g.weights_bytes)
+        where = _("this machine's RAM") if cpu else b.name
+        report.errors = [_("the weights alone (%(weights).1f GiB per GPU) are more than %(where)s holds "
+                           "(%(total).1f GiB)") % {"weights": b.weights_bytes / GiB, "where": where,
+                                                    "total": b.total_bytes / GiB}] + \
+            [e for e in report.errors if not e.startswith("weights (")]
+        more = [s for s in report.suggestions if s.startswith("--tensor-parallel-size")]
+        room = b.budget_bytes - b.overhead_bytes
+        if not more and not cpu and room > 0:
+            total_weights = b.weights_bytes * len(report.gpus)
+            n = 2
+            while n <= 8 and total_weights / n >= room * 0.8:  # leave the KV cache a fifth at least
+                n *= 2
+            if n <= 8:
+                more = [_("--tensor-parallel-size %(n)s over %(n)s such GPUs (each holds 1/%(n)s of the weights)")
+                        % {"n": n}]
+        report.suggestions = more + [_("a smaller quantization of this model (4-bit AWQ, GPTQ or a GGUF such as "
+                                       "Q4_K_M), or GPUs with more memory")]
+    if cpu:
+        report.errors = [e.replace(" per GPU", "") for e in report.errors]
+        report.notes = [n.replace(" per GPU", "") for n in report.notes]
+        gpu_only = ("--gpu-memory-utilization", "--enforce-eager", "--max-num-batched-tokens", "--kv-cache-dtype fp8")
+        report.suggestions = [s for s in report.suggestions if not s.startswith(gpu_only)]
+    report.suggestions = [re.sub(r"\bholds 1 requests\b", "holds 1 request", s) for s in report.suggestions]
 
 
 def _tidy_suggestions(report: fit.FitReport) -> None:
