@@ -156,6 +156,11 @@ def compare_with_estimate(report, actual: dict) -> list[dict]:
         ("KV cache tokens", r.get("kv_cache_tokens"), actual.get("kv_cache_tokens"), "tokens"),
         ("max concurrency at max_model_len", r.get("concurrency_ratio"), actual.get("max_concurrency"), "x"),
     ]
+    parts = [actual.get(k) for k in ("peak_activation_gib", "non_torch_gib", "cudagraph_gib")]
+    if gpu.get("activation_bytes") or all(p is not None for p in parts):
+        est = sum(gpu.get(k) or 0 for k in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes")) or None
+        rows.append(("activation, non-torch and CUDA graphs per GPU", est,
+                     round(sum(parts), 2) if all(p is not None for p in parts) else None, "GiB"))
     out = []
     for what, est, act, unit in rows:
         if unit == "GiB" and est is not None:

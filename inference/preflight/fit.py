@@ -5,11 +5,16 @@ report's ``as_dict()`` on the deployment.
 
 The arithmetic, per GPU:
 
-    budget   = total memory x gpu_memory_utilization        (vLLM, SGLang)
+    budget   = ceil(total memory x gpu_memory_utilization)  (vLLM; SGLang without the ceil)
              = total memory - CUDA context                  (llama.cpp)
-    weights  = sum of the weight files / tensor-parallel size  (or an estimate)
-    overhead = activation peak + CUDA graphs + non-torch memory (NCCL, ...)
+    weights  = sum of the weight files / tensor-parallel size  (or an estimate; a text-only
+               launch of a multimodal checkpoint leaves the vision tower out)
+    overhead = activation peak + non-torch memory (+ CUDA graphs where vLLM counts them)
     KV cache = budget - weights - overhead                   (vLLM takes all of it)
+
+For vLLM on GPUs the overhead and the paging of the KV cache into blocks (hybrid models'
+large blocks, per-request block counts, concurrency, tokens) follow vLLM's own code:
+``inference/preflight/vllm_memory.py``, checked against real starts (tests/preflight/test_fit_real.py).
 
 and the KV cache a request needs:
 

@@ -43,6 +43,10 @@ class GpuBudget(Schema):
     overhead_bytes: Number
     kv_cache_bytes: Number  # what is left for the cache (may be negative)
     free_bytes: Number
+    # the overhead's parts as vLLM's "Actual usage is ..." line names them (0 where not estimated)
+    activation_bytes: Number = 0
+    non_torch_bytes: Number = 0
+    cudagraph_bytes: Number = 0
 
 
 class FitReport(Schema):
