@@ -4,8 +4,11 @@
   const form = document.getElementById("pg-form");
   if (!form) return;
   const log = document.getElementById("pg-log"), input = document.getElementById("pg-input");
-  const send = document.getElementById("pg-send");
-  let history = [];
+  const send = document.getElementById("pg-send"), stop = document.getElementById("pg-stop");
+  let history = [], controller = null;
+  // Stop while an answer streams: the request is aborted (the gateway then cancels it
+  // at the engine), and what arrived so far stays in the chat.
+  stop.addEventListener("click", () => { if (controller) controller.abort(); });
 
   function bubble(role, text) {
     const el = document.createElement("div");
@@ -36,6 +39,8 @@
     if (!text) return;
     input.value = "";
     send.disabled = true;
+    controller = new AbortController();
+    stop.hidden = false; send.hidden = true;
     bubble("user", text);
     history.push({ role: "user", content: text });
     const system = document.getElementById("pg-system").value.trim();
@@ -49,12 +54,12 @@
       max_tokens: parseInt(document.getElementById("pg-max-tokens").value, 10),
     };
     const t0 = performance.now();
-    let tFirst = null, tLast = null, chunks = 0, usage = null, failure = null, content = "";
+    let tFirst = null, tLast = null, chunks = 0, usage = null, failure = null, content = "", stopped = false;
     try {
       const res = await fetch("/v1/chat/completions", {
         method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": Kiln.csrfToken() },
-        body: JSON.stringify(body),
+        body: JSON.stringify(body), signal: controller.signal,
       });
       if (!res.ok) {
         let msg = res.status + " " + res.statusText;
@@ -89,22 +94,26 @@
         }
       }
     } catch (err) {
-      failure = err.message;
+      if (err.name === "AbortError") stopped = true;
+      else failure = err.message;
     }
     if (content) history.push({ role: "assistant", content });
     else history.pop();
     const tokens = usage ? usage.completion_tokens : chunks;
     const parts = [];
     if (tFirst !== null) {
-      parts.push("TTFT " + Math.round(tFirst - t0) + " ms");
+      parts.push(interpolate(gettext("TTFT %(ms)s ms"), { ms: Math.round(tFirst - t0).toLocaleString() }, true));
       const span = (tLast - tFirst) / 1000;
-      parts.push((tokens > 1 && span > 0 ? ((tokens - 1) / span).toFixed(1) : "–") + " tok/s");
-      parts.push(tokens + " tokens");
+      parts.push(interpolate(gettext("%(rate)s tok/s"), { rate: tokens > 1 && span > 0 ? ((tokens - 1) / span).toFixed(1) : "–" }, true));
+      parts.push(interpolate(ngettext("%(count)s token", "%(count)s tokens", tokens), { count: tokens.toLocaleString() }, true));
     }
-    if (failure) parts.push("error: " + failure);
+    if (stopped) parts.push(gettext("stopped"));
+    if (failure) parts.push(interpolate(gettext("error: %(message)s"), { message: failure }, true));
     stats(answer, parts.join(" · "), !!failure);
     answer.dataset.ttftMs = tFirst !== null ? String(Math.round(tFirst - t0)) : "";
     send.disabled = false;
+    controller = null;
+    stop.hidden = true; send.hidden = false;
     input.focus();
   });
 })();
