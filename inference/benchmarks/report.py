@@ -25,7 +25,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}.hint{font-size
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;background:#e5e7eb;font-size:12px}
 .badge.green{background:#dcfce7}.badge.red{background:#fee2e2}.badge.amber{background:#fef3c7}.badge.blue{background:#dbeafe}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:16px}.chart{width:100%;height:340px}
-.scroll{overflow-x:auto}ul.sentences li{margin:4px 0}
+.scroll{overflow-x:auto}.scroll>table#steps{min-width:640px}.scroll>table.stats{min-width:520px}ul.sentences li{margin:4px 0}
 """
 
 

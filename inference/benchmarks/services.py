@@ -666,7 +666,9 @@ def chart_data(runs: list[BenchmarkRun]) -> dict:
         prompt_len = []
         for s in steps:
             done = s.get("completed") or 0
-            prompt_len.append((s.get("total_input_tokens") or 0) / done if done else None)
+            # No prompt length recorded: no point, rather than one at 0 tokens.
+            prompt_len.append((s.get("total_input_tokens") or 0) / done if done and s.get("total_input_tokens")
+                              else None)
         points = []  # per request: (prompt tokens, TTFT ms), when the run kept them
         for s in steps:
             for n, t in zip(s.get("input_lens") or [], s.get("ttfts") or []):

@@ -110,3 +110,40 @@ def test_the_form_refuses_bad_input_with_the_reason(finished, operator):
     assert experiment.order == "alternating" and experiment.steps.filter(kind="measure").count() == 8
     page = client.get("/benchmarks/experiments/").content.decode()
     assert f"/benchmarks/experiments/{experiment.pk}/" in page
+
+
+def _login(page, server, user):
+    page.goto(f"{server}/login/")
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", user.plain_password)
+    page.click("button[type=submit]")
+
+
+@pytest.mark.browser
+def test_the_experiment_pages_in_the_browser_draw_curves_and_fit_a_phone(asgi_server, finished, operator, browser):
+    from tests.helpers import REPO
+
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _login(page, asgi_server, operator)
+    run_ids = list(finished.steps.values_list("run_id", flat=True))
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{asgi_server}/benchmarks/experiments/{finished.pk}/")
+        page.locator("#exp-chart-0-throughput .plot-container").wait_for(timeout=30000)
+        page.locator("#exp-chart-0-pareto .plot-container").wait_for(timeout=30000)
+        assert "B decodes 2." in page.inner_text("#verdict")
+        # ticks only at the measured levels
+        ticks = page.locator("#exp-chart-0-throughput .xtick text").all_text_contents()
+        assert ticks == ["1", "4"], ticks
+        page.screenshot(path=str(artifacts / f"experiment-detail-{width}.png"), full_page=True)
+        page.goto(f"{asgi_server}/benchmarks/experiments/")
+        page.screenshot(path=str(artifacts / f"experiments-{width}.png"), full_page=True)
+        page.goto(f"{asgi_server}/benchmarks/compare?ids={run_ids[0]},{run_ids[2]},{run_ids[4]},"
+                  f"{run_ids[6]},{run_ids[8]},{run_ids[10]}")
+        page.locator("#chart-throughput .plot-container").wait_for(timeout=30000)
+        page.screenshot(path=str(artifacts / f"benchmarks-compare-{width}.png"), full_page=True)
+    assert not errors, errors
