@@ -105,7 +105,7 @@ async def _proxy(request, path: str, streams: bool = True):
     secret = keys.bearer(request)
     caller = None
     if not secret:
-        caller, _, refused = await _caller(request)
+        caller, _info, refused = await _caller(request)
         if refused:
             return refused
     result = await proxy(path, raw_body, streams, secret=secret, caller=caller)
@@ -183,7 +183,7 @@ async def _checked_request(path, raw_body, streams, info, verdict):
     """
     async def refuse(response):
         if verdict is not None:
-            _, _, refused = await verdict
+            _caller_, _info, refused = await verdict
             return refused or response
         return response
 
@@ -232,7 +232,7 @@ async def _abandon(opening: asyncio.Future) -> None:
     opening.cancel()
     await asyncio.wait([opening])
     if not opening.cancelled() and opening.exception() is None:
-        response, _ = opening.result()
+        response, _target = opening.result()
         if response is not None:
             response.close()
 

@@ -58,3 +58,27 @@ def test_the_scanners_catch_what_they_are_for():
     assert untranslated_js_literals('b.textContent = gettext("Cancelling…");', set()) == []
     assert untranslated_js_literals('el.className = "badge muted small";', set()) == []
     assert untranslated_js_literals('document.querySelector("#models tbody");', set()) == []
+
+
+def test_no_function_hides_gettext_behind_a_throwaway_underscore():
+    """`caller, _, refused = ...` in a function that also calls _("...") makes `_` a local
+    there: the call fails with UnboundLocalError (a 500) before any message is shown."""
+    import ast
+    from pathlib import Path
+
+    from tests.helpers import REPO
+
+    found = []
+    for area in ("dashboard", "inference", "monitoring"):
+        for path in sorted((Path(REPO) / area).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            for fn in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                nodes = list(ast.walk(fn))
+                stores = any(isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Store) for n in nodes)
+                calls = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_" for n in nodes)
+                if stores and calls:
+                    found.append(f"{path.relative_to(REPO)}:{fn.lineno} {fn.name}")
+    assert not found, "rename the throwaway `_` (e.g. _info) in:\n" + "\n".join(found)
