@@ -128,9 +128,11 @@ def compare_llamacpp(report, actual: dict) -> list[dict]:
     rows = [
         ("model buffers", gpu.get("weights_bytes"), actual.get("model_buffer_mib"), "MiB"),
         ("KV cache", gpu.get("kv_cache_bytes"), actual.get("kv_cache_mib"), "MiB"),
-        ("compute buffers", gpu.get("overhead_bytes"), actual.get("compute_buffer_mib"), "MiB"),
-        ("context (all slots)", r.get("max_model_len") and r.get("max_model_len") * (r.get("max_num_seqs") or 1),
-         actual.get("n_ctx"), "tokens"),
+        ("compute and output buffers", gpu.get("overhead_bytes"),
+         round(actual["compute_buffer_mib"] + actual.get("output_buffer_mib", 0), 2)
+         if "compute_buffer_mib" in actual else None, "MiB"),
+        # Kiln passes max_model_len as --ctx-size: the context of all slots together
+        ("context (all slots)", r.get("max_model_len"), actual.get("n_ctx"), "tokens"),
     ]
     out = []
     for what, est, act, unit in rows:

