@@ -211,7 +211,7 @@ def test_the_runtimes_page_shows_the_catalog_install_buttons_and_progress(db, op
 
 @pytest.mark.browser
 def test_screenshots_of_the_runtimes_page(asgi_server, browser, operator):
-    EngineRuntime.objects.create(host=settings.HOST_NAME, name="vllm-cpu-0.32.0", engine="vllm", kind="venv",
+    row = EngineRuntime.objects.create(host=settings.HOST_NAME, name="vllm-cpu-0.32.0", engine="vllm", kind="venv",
                                  path=str(Path(settings.DATA_DIR) / "engines" / "vllm-cpu-0.32.0"),
                                  catalog_key="vllm-cpu-0.32.0", install_status="installing", install_progress=0.55,
                                  install_step="install vllm-cpu==0.32.0 torch==2.13.0",
@@ -229,4 +229,15 @@ def test_screenshots_of_the_runtimes_page(asgi_server, browser, operator):
         page.goto(f"{asgi_server}/deployments/runtimes/")
         page.wait_for_selector("#catalog")
         page.screenshot(path=str(ARTIFACTS / f"runtimes-{width}.png"), full_page=True)
-    assert page.locator('#runtimes progress').first.get_attribute("value") == "0.55"
+    bar = page.locator(f'#runtimes tr[data-id="{row.pk}"] progress')
+    assert bar.get_attribute("value") == "0.55"
+    # The install goes on: the row follows in place (backup poll of /api/runtimes/<id>), then the
+    # page reloads once it is installed.
+    EngineRuntime.objects.filter(pk=row.pk).update(install_progress=0.9, install_step="remove torchvision")
+    page.wait_for_function(f"() => document.querySelector('#runtimes tr[data-id=\"{row.pk}\"] progress').value > 0.85",
+                           timeout=15000)
+    assert "remove torchvision" in page.locator(f'#runtimes tr[data-id="{row.pk}"] [data-role=step]').inner_text()
+    EngineRuntime.objects.filter(pk=row.pk).update(install_status="installed", install_progress=1.0,
+                                                   install_step="installed 0.32.0+cpu in 300 s")
+    page.wait_for_function(f"() => document.querySelector('#runtimes tr[data-id=\"{row.pk}\"] [data-role=status]')"
+                           ".textContent.trim() === 'Installed'", timeout=15000)
