@@ -16,7 +16,10 @@ pgettext / npgettext call is checked after removing `${...}` parts; it fails whe
 reads as prose -- two Latin words with a space or punctuation between them, or a
 capitalised word -- unless it is code: the argument of a DOM or fetch call that
 takes selectors, class names, events, ids, tags or headers (CODE_CALLS), the value
-of a className / type / method / headers key, a URL or path, or a literal in
+of a className / type / method / headers / Plotly option key (CODE_KEYS), an object
+key, an attribute value inside markup (`class="muted small"`: a literal right after
+`=` with no space -- the project's JS always spaces its assignments), markup and
+Plotly `%{...}` templates inside a literal, a URL or path, or a literal in
 JS_ALLOWED (exact literals that are code, with the reason beside each).
 """
 from __future__ import annotations
@@ -38,7 +41,7 @@ ALLOWED_WORDS = {
     "KiB", "TiB", "GB", "MB", "B", "s", "ms", "W", "MHz", "sha256", "HF", "Hugging", "Face", "ModelScope",
     "OpenAI", "Qwen", "Gemma", "NVFP4", "AWQ", "GPTQ", "fp16", "bf16", "fp8", "V100", "H200", "Playwright",
     "Celery", "Redis", "vs", "p50", "p90", "p95", "p99", "QPS", "RPS", "x", "curl", "Python", "openai", "torch",
-    "CUDA", "main", "dtype", "NVIDIA", "Slack", "HTTP", "HTTPS", "SMTP", "TLS", "STARTTLS", "Webhook", "Lark", "JSONL",
+    "CUDA", "main", "dtype", "NVIDIA", "auto", "Slack", "HTTP", "HTTPS", "SMTP", "TLS", "STARTTLS", "Webhook", "Lark", "JSONL",
 }
 READ_ATTRS = {"title", "placeholder", "aria-label", "alt", "data-confirm", "data-question"}
 SKIP_ELEMENTS = {"pre", "code", "kbd", "samp", "script", "style"}
@@ -46,7 +49,7 @@ PLACEHOLDER = "\x00"
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9.+/_-]*")
 
 
-CODE_CHUNK = re.compile(r"[/*_=<>$\\]|\w\.\w|\d")
+CODE_CHUNK = re.compile(r"[/*_=<>$\\]|\w\.\w|\d|^--\w")
 
 
 def english_words(text: str) -> list[str]:
@@ -109,8 +112,10 @@ def untranslated_template_text(source: str) -> list[str]:
             html.append(PLACEHOLDER)
         elif token.token_type == TokenType.VAR:
             html.append(PLACEHOLDER)
+    # A tag inside an HTML tag (<details{% if x %} open{% endif %}>) is markup, not text.
+    markup = re.sub(r"<[a-zA-Z][^<>]*>", lambda m: m.group(0).replace(PLACEHOLDER, " "), "".join(html))
     parser = _Visible()
-    parser.feed("".join(html))
+    parser.feed(markup)
     parser.close()
     return parser.found
 
@@ -143,7 +148,8 @@ CODE_KEYS = re.compile(r"(?:className|type|method|credentials|mode|id|name|href|
                        r"autocomplete|inputMode|dir|lang|cursor|display|width|height|color|colour|font|"
                        r"family|yaxis|xaxis|hovermode|barmode|mode|shape|dash|fill|anchor|side|overlaying|"
                        r"tickformat|hoverformat|ticksuffix|textposition|line|marker|size|symbol|orientation|"
-                       r"layout|responsive|displaylogo|displayModeBar|x|y|z|field|scale|unit|format)\s*[:=]\s*$")
+                       r"layout|responsive|displaylogo|displayModeBar|x|y|z|field|scale|unit|format|"
+                       r"categoryorder|hovertemplate|texttemplate)\s*[:=]\s*$")
 LITERAL = re.compile(r"""("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`)""", re.S)
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 PROSE = re.compile(r"[A-Za-z]{2,}[ ,;:!?…’'.]+[A-Za-z]{2,}|^\s*[A-Z][a-z]{2,}")
@@ -207,9 +213,12 @@ def untranslated_js_literals(source: str, allowed: set[str]) -> list[str]:
         literal = m.group(0)
         text = re.sub(r"\$\{[^}]*\}", " ", literal[1:-1]) if literal[0] == "`" else literal[1:-1]
         text = re.sub(r"<[^>]*>?|^[^<]*>", " ", text)  # markup in innerHTML templates is code
+        text = re.sub(r"%\{[^}]*\}", " ", text)  # Plotly's hover templates: %{y:.1f}
         if not PROSE.search(text) or CODE_LIKE.match(text) or literal in allowed:
             continue
         before = source[max(0, m.start() - 40):m.start()]
+        if before.endswith("="):
+            continue  # an attribute value inside markup (class="muted small"); JS assignments have spaces
         if CODE_KEYS.search(before) or _inside_gettext(source, m.start()):
             continue
         if re.search(r"[{,]\s*$", before) and re.match(r"\s*:", source[m.end():]):

@@ -15,6 +15,7 @@ JS_ALLOWED: dict[str, set[str]] = {
         '"use strict"',        # the directive
         '"Content-Type"',      # an HTTP header name
         '"Enter"',             # KeyboardEvent.key
+        '"AbortError"',        # DOMException name of an aborted fetch
     },
     # The facts' English keys: data-field values scripts and tests select by; the
     # label shown is LABELS[key], a gettext of the same words.
