@@ -14,6 +14,7 @@ noticed even when it is the only one.
 from __future__ import annotations
 
 import logging
+import queue
 import shutil
 import threading
 import time
@@ -198,7 +199,8 @@ def check_monitors(redis_client, *, silent_s: float | None = None, forget_after_
 
 
 class HostAgent(threading.Thread):
-    """The monitor's alert thread: backstop deliveries and host checks, never on the sampling loop."""
+    """The monitor's alert thread, never the sampling loop: sends what this monitor raised at
+    once (a worker may claim it first), the backstop for what nobody sent, the host checks."""
 
     def __init__(self, host: str, *, every_s: float = 2.0, checks_every_s: float | None = None,
                  worker_check: bool = True):
@@ -211,20 +213,37 @@ class HostAgent(threading.Thread):
 
     def stop(self):
         self.stopping.set()
+        delivery.listen_locally().put([])  # wake the thread
 
     def run(self):
         from dashboard.services import redis_client
 
+        local = delivery.listen_locally()
         last_checks = float("-inf")
         # Give the host's worker (started together with the monitor) a moment before the first check.
         first = time.monotonic() + min(15.0, self.checks_every_s)
-        while not self.stopping.wait(self.every_s):
+        next_sweep = time.monotonic() + self.every_s
+        while not self.stopping.is_set():
+            try:
+                ids = local.get(timeout=max(0.0, next_sweep - time.monotonic()))
+            except queue.Empty:
+                ids = []
+            if self.stopping.is_set():
+                break
             close_old_connections()
+            for pk in ids:  # raised in this process just now: send at once
+                try:
+                    delivery.deliver(pk)
+                except Exception:  # noqa: BLE001 - the backstop or a worker tries again
+                    log.exception("alert delivery %s failed", pk)
+            now = time.monotonic()
+            if now < next_sweep:
+                continue
+            next_sweep = now + self.every_s
             try:
                 delivery.deliver_due(stop=self.stopping)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("alert backstop failed")
-            now = time.monotonic()
             if now >= first and now - last_checks >= self.checks_every_s:
                 last_checks = now
                 for check in (lambda: check_disk(self.host), services.prune_history,
