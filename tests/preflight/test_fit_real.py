@@ -20,7 +20,7 @@ RUNS = real_runs.run_names()
 def test_the_real_runs_are_there():
     # dense at two settings (bf16 KV at 0.92, fp8 KV at 0.5), eager, and the hybrid (text only,
     # with prefix caching, with its vision tower): the minimum and the multimodal case
-    assert {"l8b-bf16-u092", "l8b-fp8-u050", "q27-hybrid-u090", "q27-mm-image"} <= set(RUNS)
+    assert {"l8b-bf16-u092", "l8b-fp8-u050", "q27-hybrid-text", "q27-mm-image"} <= set(RUNS)
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -64,7 +64,7 @@ def test_vllm_arithmetic_closes_on_the_real_log():
 
 
 def test_hybrid_paging_matches_the_log():
-    run = real_runs.load("q27-hybrid-u090")
+    run = real_runs.load("q27-hybrid-text")
     line = next(x for x in run.log.splitlines() if "Setting attention block size to" in x)
     logged_block = int(line.split("Setting attention block size to ")[1].split()[0])
     report = run.estimate()
@@ -84,7 +84,7 @@ def test_hybrid_paging_matches_the_log():
 
 
 def test_prefix_caching_on_a_hybrid_costs_two_state_blocks_per_group():
-    on, off = real_runs.load("q27-prefix-eager"), real_runs.load("q27-hybrid-u090")
+    on, off = real_runs.load("q27-prefix-eager"), real_runs.load("q27-hybrid-text")
     assert "Mamba cache mode is set to 'align'" in on.log
     layout_on = vllm_memory.kv_layout(full_layers=16, mamba_layers=48, kv_heads=4, head_dim=256,
                                       mamba_state_bytes=3207168, mamba_cache_mode="align")
@@ -96,7 +96,7 @@ def test_prefix_caching_on_a_hybrid_costs_two_state_blocks_per_group():
 
 
 def test_text_only_leaves_the_vision_tower_out_and_images_add_it_back():
-    text, images = real_runs.load("q27-hybrid-u090"), real_runs.load("q27-mm-image")
+    text, images = real_runs.load("q27-hybrid-text"), real_runs.load("q27-mm-image")
     assert text.settings.language_model_only and not images.settings.language_model_only
     vision_est = images.estimate().weights_bytes - text.estimate().weights_bytes
     vision_real = (images.actual["model_loading_gib"] - text.actual["model_loading_gib"]) * GiB
