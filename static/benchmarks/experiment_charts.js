@@ -6,9 +6,11 @@
 // The exported HTML report inlines this same file.
 window.KilnExperiment = (function () {
   const config = { displaylogo: false, responsive: true };
+  // The exported report has no JavaScript catalogue: English then.
   const T = (text) => (window.gettext ? window.gettext(text) : text);
   const fill = (text, values) => (window.interpolate ? window.interpolate(text, values, true)
     : text.replace(/%\((\w+)\)s/g, (_, k) => values[k]));
+  if (!window.gettext) window.gettext = (text) => text;
 
   function axis(title, values) {
     // Ticks only where something was measured: never "0.5 concurrency".
@@ -35,7 +37,7 @@ window.KilnExperiment = (function () {
         error_y: { type: "data", array: pts.map((p) => err(p, yKey)), visible: true },
         customdata: pts.map((p) => [runs(p), err(p, yKey) === null ? "–" : err(p, yKey).toFixed(1)]),
         hovertemplate: `${T(xKey === "concurrency" ? "concurrency" : "prompt tokens")} %{x}<br>%{y:.1f} ± %{customdata[1]} (95% CI)<br>`
-          + `${T("runs")} %{customdata[0]}<extra>%{fullData.name}</extra>`,
+          + `${gettext("runs")} %{customdata[0]}<extra>%{fullData.name}</extra>`,
       };
     });
   }
@@ -67,20 +69,20 @@ window.KilnExperiment = (function () {
     const el = (name) => document.getElementById(`exp-chart-${index}-${name}`);
     if (el("throughput")) {
       Plotly.newPlot(el("throughput"), lines(series, "concurrency", "output_throughput", atFirstPrompt),
-        layout(axis(T("concurrency"), concurrency), T("output tokens/s"),
-               marks(series, "saturation_concurrency", T("%(name)s stops growing at %(c)s"))), config);
+        layout(axis(gettext("concurrency"), concurrency), gettext("output tokens/s"),
+               marks(series, "saturation_concurrency", gettext("%(name)s stops growing at %(c)s"))), config);
     }
     if (el("decode")) {
       const traces = lines(series, "concurrency", "median_decode_tokens_per_s_per_stream", atFirstPrompt);
-      const extra = marks(series, "slo_concurrency", T("%(name)s meets the SLO up to %(c)s"));
+      const extra = marks(series, "slo_concurrency", gettext("%(name)s meets the SLO up to %(c)s"));
       if (slo) extra.shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: slo, y1: slo, line: { dash: "dash", color: "#b91c1c" } });
-      Plotly.newPlot(el("decode"), traces, layout(axis(T("concurrency"), concurrency), T("per-stream decode tokens/s"), extra), config);
+      Plotly.newPlot(el("decode"), traces, layout(axis(gettext("concurrency"), concurrency), gettext("per-stream decode tokens/s"), extra), config);
     }
     if (el("ttft")) {
       const sweptPrompts = new Set(prompts.filter((v) => v)).size > 1;
       if (!sweptPrompts) el("ttft").closest(".card").hidden = true;
       else Plotly.newPlot(el("ttft"), lines(series, "prompt_tokens", "mean_ttft_ms", () => true),
-                          layout(axis(T("prompt tokens"), prompts), T("TTFT ms")), config);
+                          layout(axis(gettext("prompt tokens"), prompts), gettext("TTFT ms")), config);
     }
     if (el("pareto")) {
       const traces = [];
@@ -89,11 +91,11 @@ window.KilnExperiment = (function () {
         traces.push({ name: s.label, type: "scatter", mode: "markers", marker: { size: 9 },
           x: pts.map((p) => mean(p, "output_throughput")), y: pts.map((p) => mean(p, "mean_e2el_ms")),
           customdata: pts.map((p) => [p.concurrency, runs(p)]),
-          hovertemplate: `${T("concurrency")} %{customdata[0]}<br>%{x:.1f} tok/s, %{y:.0f} ms<br>${T("runs")} %{customdata[1]}<extra>%{fullData.name}</extra>` });
-        if (s.pareto && s.pareto.length > 1) traces.push({ name: fill(T("%(name)s: Pareto front"), { name: s.label }), type: "scatter", mode: "lines",
+          hovertemplate: `${gettext("concurrency")} %{customdata[0]}<br>%{x:.1f} tok/s, %{y:.0f} ms<br>${gettext("runs")} %{customdata[1]}<extra>%{fullData.name}</extra>` });
+        if (s.pareto && s.pareto.length > 1) traces.push({ name: fill(gettext("%(name)s: Pareto front"), { name: s.label }), type: "scatter", mode: "lines",
           line: { dash: "dot" }, x: s.pareto.map((p) => p.throughput), y: s.pareto.map((p) => p.latency_ms), hoverinfo: "skip" });
       });
-      Plotly.newPlot(el("pareto"), traces, layout({ title: { text: T("output tokens/s") }, rangemode: "tozero" }, T("mean end-to-end latency ms")), config);
+      Plotly.newPlot(el("pareto"), traces, layout({ title: { text: gettext("output tokens/s") }, rangemode: "tozero" }, gettext("mean end-to-end latency ms")), config);
     }
   }
 
