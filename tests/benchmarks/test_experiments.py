@@ -129,3 +129,31 @@ def test_a_runner_with_a_fresh_heartbeat_keeps_its_claim_a_dead_one_loses_it(pro
     assert second and second != token
     experiment.refresh_from_db()
     assert experiment.worker == "w2" and experiment.status == Experiment.Status.RUNNING
+
+
+def test_the_speculative_preset_measures_the_same_profile_with_and_without_its_draft(
+        profiles, django_capture_on_commit_callbacks):
+    draft = profiles[0]
+    draft.speculative_config = {"method": "dflash", "model": "z-lab/Qwen3.8-27B-DFlash2", "num_speculative_tokens": 15}
+    draft.max_model_len, draft.enable_prefix_caching = 8192, True
+    draft.save()
+    with pytest.raises(ExperimentInputError, match="no draft model"):
+        experiments.preset_speculative(profile=profiles[1])
+    with django_capture_on_commit_callbacks(execute=False):
+        experiment = experiments.preset_speculative(profile=draft)
+    without, with_draft = (LaunchProfile.objects.get(pk=c["profile"]) for c in experiment.configurations)
+    assert without.speculative_config == {} and with_draft.speculative_config == draft.speculative_config
+    for copy in (without, with_draft):
+        assert copy.pk != draft.pk and copy.enable_prefix_caching is False
+        assert (copy.model_path, copy.max_model_len, copy.gpus) == (draft.model_path, 8192, draft.gpus)
+    draft.refresh_from_db()
+    assert draft.enable_prefix_caching is True  # the user's own profile is left alone
+    assert experiment.concurrency_levels == [1]
+    assert set(experiment.steps.values_list("scenario", flat=True)) >= {"decode-single-stream", "prefill-long-prompt"}
+
+
+def test_the_sweet_spot_preset_sweeps_1_to_64_with_the_slo(profiles, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        experiment = experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk}, slo_decode_tok_s=20)
+    assert experiment.concurrency_levels == [1, 2, 4, 8, 16, 32, 64] and experiment.slo_decode_tok_s == 20
+    assert experiment.steps.filter(kind="measure").count() == 7 * 3
