@@ -21,6 +21,7 @@ per-second rates, treating a counter that went down as an engine restart.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from inference.engines.metrics import (
@@ -40,7 +41,13 @@ COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "cached_tokens_tot
 SCHEMA_FIELDS = ("engine", "prompt_tokens_per_s", "generation_tokens_per_s", "requests_running",
                  "requests_waiting", "kv_cache_usage", "prefix_cache_hit_rate", "preemptions_total",
                  "preemptions_per_s", "spec_decode_acceptance_rate", "spec_decode_mean_accept_length",
-                 "prompt_tokens_total", "generation_tokens_total", "problem")
+                 "prompt_tokens_total", "generation_tokens_total", "rate_window_s", "problem")
+
+# llama-server adds a request's tokens to its counters only when the request
+# ends, so a rate between two 1-second scrapes jumps between 0 and several times
+# the real rate. Its rates are taken over this many seconds instead (the page
+# says "averaged over 30 s"); engines that count as they go use two scrapes.
+RATE_WINDOW_S = {"llamacpp": 30.0}
 
 
 # --------------------------------------------------------------------- rates
@@ -57,26 +64,50 @@ class CounterDeltas:
 
 
 class RateTracker:
-    """Counter deltas between two scrapes of one deployment.
+    """Counter deltas between two scrapes of one deployment, or over a window.
 
-    A counter lower than last time means the engine restarted and counted
-    again from zero, so the delta is the new value (Prometheus' rule), never a
-    negative rate.
+    With `window_s`, the delta is taken from the newest scrape at least that
+    old (the oldest one while the window fills), so a counter that moves in
+    steps gives a steady rate. A counter lower than last time means the engine
+    restarted and counted again from zero, so the delta is the new value
+    (Prometheus' rule), never a negative rate; the window starts again there.
     """
 
-    def __init__(self):
-        self._last: tuple[float, dict[str, float | None]] | None = None
+    def __init__(self, window_s: float = 0.0):
+        self.window_s = window_s
+        self._points: deque[tuple[float, dict[str, float | None]]] = deque()
         self.resets = 0
 
+    @property
+    def _last(self):
+        return self._points[-1] if self._points else None
+
     def update(self, counters: dict[str, float | None], now: float) -> CounterDeltas | None:
-        previous, self._last = self._last, (now, dict(counters))
-        if previous is None:
+        previous = self._last
+        if previous is not None and now - previous[0] <= 0:
+            return None  # a clock that did not move: keep the older point
+        restarted = previous is not None and any(
+            v is not None and previous[1].get(k) is not None and v < previous[1][k] for k, v in counters.items())
+        if restarted:
+            self._points.clear()  # the engine counted again from zero: the window starts here
+            self._points.append(previous)
+        base = previous
+        for point in self._points:
+            if now - point[0] >= self.window_s:
+                base = point  # the newest point at least window_s old
+            else:
+                break
+        if self.window_s and base is previous and self._points:
+            base = self._points[0]  # the window is still filling: its oldest point
+        if restarted:
+            self._points.clear()
+        self._points.append((now, dict(counters)))
+        while len(self._points) > 2 and now - self._points[1][0] >= self.window_s:
+            self._points.popleft()
+        if base is None:
             return None
-        then, old = previous
+        then, old = base
         seconds = now - then
-        if seconds <= 0:
-            self._last = previous  # a clock that did not move: keep the older point
-            return None
         deltas: dict[str, float | None] = {}
         reset = False
         for key, value in counters.items():
@@ -106,7 +137,7 @@ class EngineMetricsReader:
         if engine is not None and engine not in ENGINE_NAMES:
             raise ValueError(f"Unknown engine {engine!r}: expected one of {sorted(ENGINE_NAMES)}")
         self.engine = engine
-        self.tracker = RateTracker()
+        self.tracker = RateTracker(RATE_WINDOW_S.get(engine, 0.0))
 
     def read(self, text: str, now: float | None = None) -> dict:
         now = time.monotonic() if now is None else now
@@ -118,11 +149,15 @@ class EngineMetricsReader:
         if engine is None:
             return empty_snapshot(None, problem="No vLLM, llama.cpp or SGLang metrics on this /metrics page "
                                                 "(for llama-server, start it with --metrics).")
+        if self.engine is None:
+            self.tracker.window_s = RATE_WINDOW_S.get(engine, 0.0)
         self.engine = engine
         raw = extract(samples, engine)
         counters = {k: raw.get(k) for k in COUNTERS}
         deltas = self.tracker.update(counters, now)
-        return summarize(engine, raw, deltas)
+        snapshot = summarize(engine, raw, deltas)
+        snapshot["rate_window_s"] = self.tracker.window_s or None
+        return snapshot
 
 
 def empty_snapshot(engine: str | None, problem: str | None = None) -> dict:

@@ -129,6 +129,9 @@
     return total;
   }
 
+  // llama.cpp counts a request's tokens when it ends: its rate is averaged over a window.
+  const averaged = (e) => interpolate(gettext("averaged over %(s)s s"), { s: e.rate_window_s }, true);
+
   function updateEngines(msg, when) {
     const engines = msg.engines || [];
     const table = document.getElementById("engines-table");
@@ -138,7 +141,7 @@
     table.querySelector("tbody").innerHTML = engines.map((e) => `<tr data-deployment="${e.deployment_id}">
       <td>${esc(e.name || e.deployment_id)}</td>
       <td>${esc(e.engine || "?")}${e.problem ? ` <span class="error">${esc(e.problem)}</span>` : ""}</td>
-      <td class="gen-tps">${num(e.generation_tokens_per_s, 1)}</td><td>${num(e.prompt_tokens_per_s, 1)}</td>
+      <td class="gen-tps"${e.rate_window_s ? ` title="${esc(averaged(e))}"` : ""}>${num(e.generation_tokens_per_s, 1)}${e.rate_window_s ? ` <span class="muted small">${esc(interpolate(gettext("(%(s)s s avg)"), { s: e.rate_window_s }, true))}</span>` : ""}</td><td>${num(e.prompt_tokens_per_s, 1)}</td>
       <td>${num(e.requests_running)}</td><td>${num(e.requests_waiting)}</td><td>${pct(e.kv_cache_usage)}</td>
       <td>${pct(e.prefix_cache_hit_rate)}</td><td>${num(e.preemptions_total)}</td><td>${pct(e.spec_decode_acceptance_rate)}</td></tr>`).join("");
     const chart = document.getElementById("engines-chart");
@@ -151,7 +154,8 @@
     const fresh = engines.filter((e) => engineTraces[e.deployment_id] === undefined);
     if (fresh.length) {
       fresh.forEach((e, i) => { engineTraces[e.deployment_id] = chart.data.length + i; });
-      Plotly.addTraces(chart, fresh.map((e) => ({ x: [], y: [], mode: "lines", name: `${e.name || e.deployment_id} (${e.engine || "?"})` })));
+      Plotly.addTraces(chart, fresh.map((e) => ({ x: [], y: [], mode: "lines",
+        name: `${e.name || e.deployment_id} (${e.engine || "?"})` + (e.rate_window_s ? " · " + averaged(e) : "") })));
     }
     Plotly.extendTraces(chart, { x: engines.map(() => [when]), y: engines.map((e) => [na(e.generation_tokens_per_s) ? null : e.generation_tokens_per_s]) },
       engines.map((e) => engineTraces[e.deployment_id]), WINDOW);

@@ -224,3 +224,32 @@ def test_garbled_page_is_a_problem_not_a_crash():
 def test_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="Unknown engine 'tgi'"):
         EngineMetricsReader(engine="tgi")
+
+
+def test_llamacpp_rate_is_averaged_over_a_window_not_0_then_4x():
+    """llama-server adds a request's tokens when it ends: one 240-token request ending every
+    4 s is 60 tok/s, but scrape-to-scrape rates read 0, 0, 0, 240 (the issue's jumping chart)."""
+    text = fixture("llamacpp.txt")
+    reader = EngineMetricsReader()
+    rates = []
+    for t in range(0, 91):
+        page = bump(text, "llamacpp:tokens_predicted_total", 240 * (t // 4))
+        snap = reader.read(page, now=1000.0 + t)
+        rates.append(snap["generation_tokens_per_s"])
+        assert snap["rate_window_s"] == 30
+    steady = rates[35:]
+    assert max(steady) - min(steady) <= 240 / 30 + 1e-9, steady  # at most one request's step over the window
+    assert sum(steady) / len(steady) == pytest.approx(60, rel=0.05)
+    # two scrapes (other engines) would have given 0 and 240
+    two = RateTracker()
+    assert two.update({"g": 0.0}, 0.0) is None
+    assert two.update({"g": 0.0}, 1.0).rate("g") == 0 and two.update({"g": 240.0}, 2.0).rate("g") == 240
+
+
+def test_a_windowed_rate_starts_again_after_an_engine_restart():
+    tracker = RateTracker(window_s=30)
+    for t in range(0, 40):
+        tracker.update({"g": 10.0 * t}, float(t))
+    after = tracker.update({"g": 5.0}, 40.0)  # restarted: counted again from 0
+    assert after.rate("g") == pytest.approx(5.0) and tracker.resets == 1
+    assert tracker.update({"g": 15.0}, 41.0).rate("g") == pytest.approx(10.0)  # from the restart at t=40
