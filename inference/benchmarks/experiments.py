@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 
+from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _, gettext_lazy
@@ -309,7 +310,7 @@ def resume_interrupted(*, host: str) -> int:
     """At worker start: queue again this host's experiments whose runner died."""
     count = 0
     for experiment in Experiment.objects.filter(host=host, status__in=(Status.QUEUED, Status.RUNNING)):
-        if experiment.claim and not experiment.worker_gone():
+        if experiment.claim and not runner_gone(experiment):
             continue
         logger.info("resuming experiment %s (runner %s gone)", experiment.pk, experiment.worker or "none")
         jobs.send(experiment_run, experiment.pk, queue=host_queue(host), on_refused=_not_queued)
@@ -334,12 +335,27 @@ class _Stop(Exception):
     """The experiment was cancelled (or lost its claim): stop walking the steps."""
 
 
+def runner_gone(experiment: Experiment) -> bool:
+    """Its runner is dead: no heartbeat for a while, or (on its own host) its process is gone,
+    which a worker started right after a crash sees at once."""
+    if experiment.worker_gone():
+        return True
+    if experiment.pid and experiment.host == settings.HOST_NAME and experiment.pid != os.getpid():
+        try:
+            os.kill(experiment.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
 def claim_experiment(experiment_id: int, worker: str) -> str | None:
     """Take the experiment for this process; None when it is finished or a live runner has it."""
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None or experiment.is_finished:
         return None
-    if experiment.claim and not experiment.worker_gone():
+    if experiment.claim and not runner_gone(experiment):
         return None
     token = uuid.uuid4().hex
     now = timezone.now()

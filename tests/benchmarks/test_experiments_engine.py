@@ -65,3 +65,62 @@ def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_pro
     launched = Deployment.objects.filter(profile__in=demo_profiles)
     assert launched.count() == 2
     assert set(launched.values_list("status", flat=True)) == {"stopped"}
+
+
+def _worker(log):
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tests.helpers import REPO, child_env
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", f"default,host.{settings.HOST_NAME}",
+         "-n", f"second@{settings.HOST_NAME}", "--pool", "solo", "--without-mingle", "--without-gossip", "-l", "INFO"],
+        cwd=REPO, env=child_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_until(lambda: b" ready." in log.read_bytes() or process.poll() is not None, 60, "second worker start")
+    assert process.poll() is None, log.read_text()
+    return process
+
+
+def test_a_killed_worker_is_replaced_and_the_experiment_continues_where_it_stopped(
+        celery_worker, monitor_process, demo_profiles, operator, tmp_path):
+    import os
+    import signal
+
+    from tests.helpers import stop_group
+
+    one, four = demo_profiles
+    experiment = experiments.experiment_create(
+        configurations=[{"profile": one.pk}, {"profile": four.pk}], scenario="decode-single-stream",
+        concurrency_levels=[2], repetitions=2, user=operator,
+        overrides={"num_prompts": 4, "num_warmups": 0, "prompt_tokens": 16, "output_tokens": 48})
+    measures = experiment.steps.filter(kind="measure")
+    # Kill the worker (SIGKILL: no goodbye) while the second measurement runs.
+    wait_until(lambda: measures.filter(status="done").count() >= 1 and measures.filter(status="running").exists(),
+               150, "the second measurement to start", interval=0.2)
+    os.killpg(celery_worker.pid, signal.SIGKILL)
+    celery_worker.wait(10)
+    interrupted = measures.get(status="running")
+    second = _worker(tmp_path / "second-worker.log")  # its start-up looks for experiments whose runner died
+    try:
+        done = wait_until(lambda: Experiment.objects.filter(pk=experiment.pk, status__in=Experiment.FINISHED).first(),
+                          200, "the resumed experiment to finish", interval=1)
+    finally:
+        stop_group(second)
+    steps = list(done.steps.all())
+    assert done.status == "succeeded", (done.error, [(s.kind, s.status, s.note) for s in steps])
+    assert all(s.status == "done" for s in steps)
+    assert done.worker.startswith("second@")
+    # done steps were not run again: one run per measurement, plus the one cut short (recorded as failed)
+    runs = BenchmarkRun.objects.filter(label__startswith=f"Experiment #{experiment.pk} ")
+    assert runs.filter(status="succeeded").count() == 4
+    assert list(runs.filter(status="failed").values_list("error", flat=True)) == [
+        "The worker failed: RuntimeError: the worker restarted"]
+    interrupted.refresh_from_db()
+    assert interrupted.run.status == "succeeded"
+    # the engines launched before the crash were reused (still Ready), then stopped
+    launched = Deployment.objects.filter(profile__in=demo_profiles)
+    assert launched.count() == 2 and set(launched.values_list("status", flat=True)) == {"stopped"}
+    assert (tmp_path / "second-worker.log").read_text().count("queued 1 interrupted experiment") == 1
