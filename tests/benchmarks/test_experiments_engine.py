@@ -124,3 +124,28 @@ def test_a_killed_worker_is_replaced_and_the_experiment_continues_where_it_stopp
     launched = Deployment.objects.filter(profile__in=demo_profiles)
     assert launched.count() == 2 and set(launched.values_list("status", flat=True)) == {"stopped"}
     assert (tmp_path / "second-worker.log").read_text().count("queued 1 interrupted experiment") == 1
+
+
+def test_cancel_from_the_page_stops_the_measurement_and_every_engine_it_launched(
+        celery_worker, monitor_process, demo_profiles, operator):
+    from django.test import Client
+
+    one, four = demo_profiles
+    experiment = experiments.experiment_create(
+        configurations=[{"profile": one.pk}, {"profile": four.pk}], scenario="decode-single-stream",
+        concurrency_levels=[1], repetitions=3, user=operator,
+        overrides={"num_prompts": 20, "num_warmups": 0, "prompt_tokens": 16, "output_tokens": 64})
+    measures = experiment.steps.filter(kind="measure")
+    running = wait_until(lambda: measures.filter(status="running").exclude(run=None).first(), 150,
+                         "a measurement to start", interval=0.2)
+    client = Client()
+    client.force_login(operator)
+    assert client.post(f"/benchmarks/experiments/{experiment.pk}/cancel").status_code == 302
+    done = wait_until(lambda: Experiment.objects.filter(pk=experiment.pk, status__in=Experiment.FINISHED).first(),
+                      90, "the experiment to stop", interval=0.5)
+    assert done.status == "cancelled"
+    running.refresh_from_db()
+    assert running.status == "cancelled" and running.run.status == "cancelled"
+    assert not done.steps.filter(status__in=("pending", "running")).exists()
+    launched = Deployment.objects.filter(profile__in=demo_profiles)
+    assert launched.count() == 2 and set(launched.values_list("status", flat=True)) == {"stopped"}
