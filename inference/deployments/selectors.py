@@ -8,6 +8,7 @@ import shlex
 
 from django.conf import settings
 from django.http import Http404
+from django.utils.translation import gettext
 
 from inference.deployments.services import preset_status
 from inference.models import Deployment, EngineRuntime, LaunchProfile
@@ -57,6 +58,13 @@ def _ts(value):
     return value.isoformat() if value else None
 
 
+def hint_shown(hint: str) -> str:
+    """A failure hint in the reader's language. The worker stores an engine's hint in
+    English (it has no request); the engines mark theirs with gettext_noop, so the
+    catalogue has them. A hint put together from several pieces stays English."""
+    return gettext(hint) if hint else ""
+
+
 def deployment_dict(dep: Deployment) -> dict:
     return {
         "id": dep.pk, "name": dep.name, "host": dep.host, "engine": dep.engine,
@@ -67,7 +75,7 @@ def deployment_dict(dep: Deployment) -> dict:
         "served_model_name": dep.served_model_name, "api_key_set": bool(dep.api_key),
         "argv": ["<hidden>" if dep.api_key and a == dep.api_key else a for a in dep.argv or []],
         "command": dep.command, "restarts": dep.restarts,
-        "failure": dep.failure, "hint": dep.hint, "log_tail": dep.log_tail,
+        "failure": dep.failure, "hint": hint_shown(dep.hint), "log_tail": dep.log_tail,
         "created": _ts(dep.created), "started": _ts(dep.started), "ready_at": _ts(dep.ready_at),
         "stopped": _ts(dep.stopped),
     }

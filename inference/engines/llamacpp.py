@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from django.utils.translation import gettext_noop
+
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -121,20 +123,20 @@ class LlamaCppEngine(Engine):
     )
     failure_rules = (
         rule("model_missing", r"failed to open GGUF file|Model not found:",
-             "The model file is missing or unreadable: download the model again or check its path.", fatal=True),
+             gettext_noop("The model file is missing or unreadable: download the model again or check its path."), fatal=True),
         rule("port_in_use", r"couldn't bind HTTP server socket|couldn't start HTTP listener",
-             "The port is taken: leave the port empty so the panel picks a free one."),
+             gettext_noop("The port is taken: leave the port empty so the panel picks a free one.")),
         rule("out_of_memory", r"cudaMalloc failed: out of memory|unable to allocate .* buffer|"
                               r"failed to allocate buffer for kv cache|failed to allocate compute .*buffers",
-             "Out of memory: lower the context size (max model len), parallel slots, or GPU layers "
-             "(-ngl), or choose a smaller quantization."),
+             gettext_noop("Out of memory: lower the context size (max model len), parallel slots, or GPU layers "
+             "(-ngl), or choose a smaller quantization.")),
         rule("model_load_failed", r"error loading model|failed to load model|exiting due to model loading error",
-             "llama.cpp could not load the model: check that it is a complete GGUF file that this "
-             "llama.cpp build supports (the lines above name the cause).", fatal=True),
+             gettext_noop("llama.cpp could not load the model: check that it is a complete GGUF file that this "
+             "llama.cpp build supports (the lines above name the cause)."), fatal=True),
         rule("unknown_argument", r"error: invalid argument:|error: unknown argument",
-             "This llama-server does not know one of the extra arguments: check its spelling.", fatal=True),
+             gettext_noop("This llama-server does not know one of the extra arguments: check its spelling."), fatal=True),
         rule("runtime_broken", r"Binary not found|error while loading shared libraries",
-             "The llama.cpp installation is incomplete: reinstall the runtime.", fatal=True),
+             gettext_noop("The llama.cpp installation is incomplete: reinstall the runtime."), fatal=True),
     )
 
     # ---- argv ------------------------------------------------------------------

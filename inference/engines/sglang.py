@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from django.utils.translation import gettext_noop
+
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -84,20 +86,20 @@ class SglangEngine(Engine):
     )
     failure_rules = (
         rule("not_enough_memory", r"Not enough memory\. Please try to increase --mem-fraction-static",
-             "The KV cache got no memory: raise GPU memory utilization (--mem-fraction-static), "
-             "lower max model len, or use more GPUs.", fatal=True),
+             gettext_noop("The KV cache got no memory: raise GPU memory utilization (--mem-fraction-static), "
+             "lower max model len, or use more GPUs."), fatal=True),
         rule("bf16_unsupported", r"Bfloat16 is only supported|bf16 is not supported",
-             "This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half.", fatal=True),
+             gettext_noop("This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half."), fatal=True),
         rule("no_kernel_image", r"no kernel image is available for execution on the device",
-             "This SGLang/torch build has no kernels for this GPU's architecture.", fatal=True),
+             gettext_noop("This SGLang/torch build has no kernels for this GPU's architecture."), fatal=True),
         rule("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError",
-             "The GPU ran out of memory: lower GPU memory utilization, max model len or max running requests."),
+             gettext_noop("The GPU ran out of memory: lower GPU memory utilization, max model len or max running requests.")),
         rule("port_in_use", r"Address already in use",
-             "The port is taken: leave the port empty so the panel picks a free one."),
+             gettext_noop("The port is taken: leave the port empty so the panel picks a free one.")),
         rule("unknown_argument", r"unrecognized arguments|error: argument",
-             "This SGLang version does not accept one of the flags: check the extra arguments.", fatal=True),
+             gettext_noop("This SGLang version does not accept one of the flags: check the extra arguments."), fatal=True),
         rule("scheduler_failed", r"Scheduler hit an exception|Rank \d+ scheduler is dead",
-             "The SGLang scheduler crashed; the lines above name the cause."),
+             gettext_noop("The SGLang scheduler crashed; the lines above name the cause.")),
     )
 
     def program(self, runtime: Runtime) -> list[str]:

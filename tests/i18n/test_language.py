@@ -128,3 +128,21 @@ def test_a_chinese_browser_gets_chinese_script_text(asgi_server, browser):
     page.click("button[name=language][value=en]")
     page.wait_for_selector("text=Sign in to Kiln")
     assert page.evaluate("gettext('Cancelling…')") == "Cancelling…"
+
+
+def test_an_engines_failure_hint_is_shown_in_the_readers_language(operator, tmp_path):
+    """The worker stores the engine's hint in English; the page and the API show it translated."""
+    from inference.engines.llamacpp import LlamaCppEngine
+    from inference.models import Deployment
+    from tests.deployments.helpers import make_deployment, make_profile
+
+    hint = next(r.hint for r in LlamaCppEngine.failure_rules if r.code == "out_of_memory")
+    dep = make_deployment(make_profile(host="testhost", runtime_path=str(tmp_path / "llama-server")))
+    Deployment.objects.filter(pk=dep.pk).update(status=Deployment.Status.FAILED, failure="out_of_memory", hint=hint)
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/deployments/{dep.pk}/", HTTP_ACCEPT_LANGUAGE=ZH).content.decode()
+    assert "内存不足" in page and hint not in page
+    api = client.get(f"/api/deployments/{dep.pk}", HTTP_ACCEPT_LANGUAGE=ZH).json()
+    assert "内存不足" in api["deployment"]["hint"]
+    assert client.get(f"/api/deployments/{dep.pk}", HTTP_ACCEPT_LANGUAGE="en").json()["deployment"]["hint"] == hint
