@@ -9,3 +9,9 @@ class DashboardConfig(AppConfig):
         from dashboard import audit
 
         audit.connect_signals()
+
+        from django.contrib.auth.signals import user_logged_in
+
+        from dashboard.middleware import keep_language_chosen_before_sign_in
+
+        user_logged_in.connect(keep_language_chosen_before_sign_in, dispatch_uid="kiln_language_at_sign_in")

@@ -50,6 +50,16 @@ def user_language(user):
     return getattr(account, "language", "") or ""
 
 
+def keep_language_chosen_before_sign_in(sender, request, user, **kwargs):
+    """A language picked on the sign-in page (the cookie) becomes the account's
+    when the account has none yet: the choice then follows the user everywhere."""
+    language = request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME, "") if request is not None else ""
+    if language in dict(settings.LANGUAGES) and not user_language(user):
+        from dashboard.services import account_set_language
+
+        account_set_language(user=user, language=language)
+
+
 def set_language_cookie(response, language):
     response.set_cookie(
         settings.LANGUAGE_COOKIE_NAME,

@@ -146,3 +146,14 @@ def test_an_engines_failure_hint_is_shown_in_the_readers_language(operator, tmp_
     api = client.get(f"/api/deployments/{dep.pk}", HTTP_ACCEPT_LANGUAGE=ZH).json()
     assert "内存不足" in api["deployment"]["hint"]
     assert client.get(f"/api/deployments/{dep.pk}", HTTP_ACCEPT_LANGUAGE="en").json()["deployment"]["hint"] == hint
+
+
+def test_a_language_picked_on_the_sign_in_page_is_kept_on_the_account(operator):
+    client = Client()
+    client.post("/language/", {"language": "zh-hans", "next": "/login/"})
+    assert Account.objects.get(user=operator).language == ""
+    assert client.post("/login/", {"username": operator.username, "password": operator.plain_password}).status_code == 302
+    assert Account.objects.get(user=operator).language == "zh-hans"
+    fresh = Client()
+    fresh.force_login(operator)
+    assert "模型库" in fresh.get("/models/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
