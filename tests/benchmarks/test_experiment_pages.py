@@ -146,4 +146,17 @@ def test_the_experiment_pages_in_the_browser_draw_curves_and_fit_a_phone(asgi_se
                   f"{run_ids[6]},{run_ids[8]},{run_ids[10]}")
         page.locator("#chart-throughput .plot-container").wait_for(timeout=30000)
         page.screenshot(path=str(artifacts / f"benchmarks-compare-{width}.png"), full_page=True)
+    # The exported report, opened with every request refused: the charts still draw.
+    client = Client()
+    client.force_login(operator)
+    html = client.get(f"/benchmarks/experiments/{finished.pk}/report.html").content.decode()
+    offline = browser.new_page()
+    requests = []
+    offline.route("**/*", lambda route: (requests.append(route.request.url), route.abort()))
+    offline.on("pageerror", lambda exc: errors.append(str(exc)))
+    offline.set_viewport_size({"width": 1400, "height": 900})
+    offline.set_content(html)
+    offline.locator("#exp-chart-0-decode .plot-container").wait_for(timeout=30000)
+    offline.screenshot(path=str(artifacts / "experiment-report-1400.png"), full_page=True)
+    assert not requests, requests
     assert not errors, errors
