@@ -135,6 +135,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
                     f"pid {dep.pid} is gone (or belongs to another process now): treating it as a crash")
     before = (dep.status, dep.phase)
     actions = w.tick()
+    alert_hooks.deployment_actions(dep, actions)  # crashed / failed / ready -> alerts, before the row writes
     fields: dict = {}
     now = time.time()
     for a in actions:
@@ -185,7 +186,7 @@ def _tick_one(dep: Deployment, watchers: dict, config) -> dict | None:
         # maximum concurrency) while it starts, llama-server its buffer sizes: keep them beside the estimate.
         record_capacity(dep, lines)
     dep.refresh_from_db()
-    alert_hooks.deployment_watched(dep, w.state, actions)  # crashed / failed / unhealthy -> alerts (non-blocking)
+    alert_hooks.deployment_watched(dep, w.state, actions)  # unhealthy for N s, a failed restart -> alerts
     if lines or note or (dep.status, dep.phase) != before or actions:
         return message_for(dep, lines, note, (log_from, log_to))
     return None

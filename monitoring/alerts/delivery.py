@@ -55,7 +55,10 @@ def queue(ids, countdown: float | None = None) -> None:
     from monitoring.alerts.tasks import deliver
 
     if _local is not None and not countdown:
+        # This monitor's alert thread sends now; the worker gets the id a little later, as a
+        # safety net should this process die first (by then the claim makes it a no-op).
         _local.put(list(ids))
+        countdown = BACKSTOP_AFTER_S
 
     for pk in ids:
         if countdown:

@@ -17,12 +17,12 @@ def _deployment_link(dep_id) -> str:
     return reverse("deployment_detail", args=[dep_id])
 
 
-def deployment_watched(dep, state, actions) -> None:
-    """From the monitor's watch loop (inference/deployments/watch.py), after each tick of one deployment.
+def deployment_actions(dep, actions) -> None:
+    """From the monitor's watch loop (inference/deployments/watch.py), as soon as a tick of one
+    deployment decided its actions (before the row is written: every millisecond counts here).
 
     Non-blocking: the events are written on the alerts thread."""
-    link = _deployment_link(dep.pk)
-    base = {"host": dep.host, "deployment": dep.pk, "link": link}
+    base = {"host": dep.host, "deployment": dep.pk, "link": _deployment_link(dep.pk)}
     for a in actions:
         if a.kind == "crashed":
             raise_event_nowait("engine_crashed", severity="critical", **base,
@@ -36,6 +36,12 @@ def deployment_watched(dep, state, actions) -> None:
             for kind in ("engine_crashed", "engine_failed", "deployment_unhealthy"):
                 raise_event_nowait(kind, resolved=True, **base,
                                    subject=_("“%(name)s” is ready again") % {"name": dep.name})
+
+
+def deployment_watched(dep, state, actions) -> None:
+    """From the watch loop after a deployment's tick is written (``dep`` re-read): conditions
+    that last (unhealthy for N s) and a restart that itself failed. Non-blocking."""
+    base = {"host": dep.host, "deployment": dep.pk, "link": _deployment_link(dep.pk)}
     if dep.status == "failed" and not any(a.kind == "failed" for a in actions):
         # The restart itself failed (its port taken, the binary gone): no "failed" action says so.
         raise_event_nowait("engine_failed", severity="critical", **base,

@@ -73,12 +73,14 @@ def test_watch_hook_crash_failed_unhealthy_and_ready(monkeypatch):
     monkeypatch.setattr(hooks.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(hooks.conf, "UNHEALTHY_S", 20.0)
     dep = SimpleNamespace(pk=5, name="qwen", host="gpu1", status="restarting", failure="", hint="")
+    hooks.deployment_actions(dep, [action("crashed", reason="exited", hint="oom?")])
     hooks.deployment_watched(dep, state("restarting"), [action("crashed", reason="exited", hint="oom?")])
     events.drain()
     crash = AlertEvent.objects.get()
     assert crash.kind == "engine_crashed" and crash.details["hint"] == "oom?" and crash.link == "/deployments/5/"
     dep.status = "ready"
     clock[0] += 5
+    hooks.deployment_actions(dep, [action("ready")])
     hooks.deployment_watched(dep, state("ready"), [action("ready")])
     events.drain()
     assert kinds() == [("engine_crashed", False), ("engine_crashed", True)]
