@@ -193,7 +193,8 @@ def main() -> None:
         print(f"\nmedian of {args.rounds} rounds: kiln at {n} lines reaches {100 * ratio:.1f}% of the plain client's "
               f"throughput ({'meets' if ratio >= 0.95 else 'BELOW'} the 95% target); engine peak in flight "
               f"{max(k for _, k in peaks)} of {c}; runner peak RSS {small['peak_rss_mb']:.0f} MB at 1000 lines, "
-              f"{big['peak_rss_mb']:.0f} MB at {n} lines")
+              f"{big['peak_rss_mb']:.0f} MB at {n} lines (before the run: {small['rss_before_run_mb']:.0f} and "
+              f"{big['rss_before_run_mb']:.0f} MB, after writing the lines' rows)")
     finally:
         stub.terminate()
         stub.wait(5)
