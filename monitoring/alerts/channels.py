@@ -18,6 +18,7 @@ Signatures:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
+import certifi
 import httpx
 from django.conf import settings
 from django.utils.translation import gettext as _
@@ -128,8 +130,15 @@ def _plain(message: Message) -> str:
 # ----------------------------------------------------------------------- senders
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Built once: loading the CA bundle costs ~15 ms of CPU (150 ms on a busy 2-core host),
+    # which a new httpx client per message would pay every time.
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def _post(url: str, *, body: bytes, headers: dict | None = None) -> httpx.Response:
-    with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False) as client:
+    with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, verify=_tls_context()) as client:
         return client.post(url, content=body, headers={"Content-Type": "application/json; charset=utf-8",
                                                         "User-Agent": "Kiln-Alerts/1", **(headers or {})})
 
