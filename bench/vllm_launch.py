@@ -11,6 +11,10 @@ port, build argv and env, prepare the launch directory, spawn detached), then a
 supervisor.Watcher ticked once a second (the monitor's interval) until its
 "ready" action; the tick reads the log for phases and probes /health. Both
 timings run from just before the spawn to the moment each noticed readiness.
+Beside the Kiln run a thread polls /health every 50 ms, so each Kiln launch
+also says how long after the engine's own first 200 Kiln noticed it: that,
+plus launch() itself, is what Kiln adds (the side-by-side medians on a shared
+2-core machine vary by a minute from one start to the next).
 The web request and the Celery hop before the spawn are not in this figure
 (they are milliseconds when the worker is idle).
 
@@ -30,10 +34,12 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -68,9 +74,22 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def kernel_port() -> int:
+    # Not 8000-8999: other Kiln runs on this machine launch engines there, and vLLM binds its
+    # port only after a minute of imports, so a port picked there can be taken meanwhile.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ours(pgid: int, port: int) -> bool:
+    """Whether the server answering on `port` is a process of this launch (not another program)."""
+    return supervisor.holds_socket(supervisor.group_members(pgid), supervisor.listening_inodes(port))
+
+
 def by_hand(engine, spec, runtime, work: Path, timeout: float) -> float:
     launch_dir = work / "hand"
-    port = supervisor.pick_free_port(spec.host)
+    port = kernel_port()
     spec = spec.with_port(port)
     argv = engine.build_argv(spec, runtime)
     launch_env = engine.launch_env(supervisor.prepare_launch_dir(launch_dir))
@@ -83,7 +102,7 @@ def by_hand(engine, spec, runtime, work: Path, timeout: float) -> float:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         try:
-            while not healthy(url):
+            while not (healthy(url) and ours(proc.pid, port)):
                 if proc.poll() is not None:
                     raise SystemExit(f"by hand: vllm exited {proc.returncode}; see {work / 'hand.log'}")
                 if time.monotonic() - t0 > timeout:
@@ -96,19 +115,34 @@ def by_hand(engine, spec, runtime, work: Path, timeout: float) -> float:
             supervisor.clean_launch_dir(launch_dir)
 
 
-def through_kiln(engine, spec, runtime, work: Path, timeout: float) -> tuple[float, float]:
+def through_kiln(engine, spec, runtime, work: Path, timeout: float) -> tuple[float, float, float]:
+    """(launch-to-ready, launch() itself, Kiln's notice after the engine's first 200)."""
     launch_dir = work / "kiln"
+    spec = spec.with_port(kernel_port())
     t0 = time.monotonic()
     launched = supervisor.launch(engine, spec, runtime, work / "kiln.log", launch_dir=str(launch_dir))
     spawned = time.monotonic() - t0
-    w = supervisor.Watcher(launched.handle, engine, engine.health_url(spec.host, launched.port),
-                           launch_dir=str(launch_dir))
+    url = engine.health_url(spec.host, launched.port)
+    w = supervisor.Watcher(launched.handle, engine, url, launch_dir=str(launch_dir))
+    # Beside the watch loop, what a person polling every 50 ms would see: the engine's own first 200.
+    first = {}
+
+    def watch_health():
+        while "t" not in first and not first.get("stop"):
+            if healthy(url) and ours(launched.handle.pgid, launched.port):
+                first["t"] = time.monotonic()
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=watch_health, daemon=True)
+    poller.start()
     try:
         next_tick = time.monotonic()
         while True:
             kinds = [a.kind for a in w.tick()]
             if "ready" in kinds:
-                return time.monotonic() - t0, spawned
+                noticed = time.monotonic()
+                poller.join(2)
+                return noticed - t0, spawned, noticed - first.get("t", noticed)
             if "failed" in kinds or "crashed" in kinds:
                 raise SystemExit(f"through Kiln: {kinds}; see {work / 'kiln.log'}")
             if time.monotonic() - t0 > timeout:
@@ -116,6 +150,7 @@ def through_kiln(engine, spec, runtime, work: Path, timeout: float) -> tuple[flo
             next_tick += 1.0  # the monitor's watch loop interval
             time.sleep(max(0.0, next_tick - time.monotonic()))
     finally:
+        first["stop"] = True
         supervisor.stop(launched.handle, grace_s=15, launch_dir=str(launch_dir))
         supervisor.clean_launch_dir(launch_dir)
 
@@ -140,23 +175,28 @@ def main() -> None:
     spec = LaunchSpec(model=str(model), served_model_name="tiny-llama",
                       extra_args=[] if args.compile else ["--enforce-eager"])
     work = Path(tempfile.mkdtemp(prefix="kiln-vllm-launch-"))
-    hand, kiln, spawn = [], [], []
+    hand, kiln, spawn, notice = [], [], [], []
     try:
         for i in range(args.rounds):
             hand.append(by_hand(engine, spec, runtime, work, args.timeout))
             print(f"round {i + 1}: by hand {hand[-1]:.2f} s", flush=True)
-            k, s = through_kiln(engine, spec, runtime, work, args.timeout)
+            k, s, n = through_kiln(engine, spec, runtime, work, args.timeout)
             kiln.append(k)
             spawn.append(s)
-            print(f"round {i + 1}: through Kiln {k:.2f} s (launch() itself {s * 1000:.0f} ms)", flush=True)
+            notice.append(n)
+            print(f"round {i + 1}: through Kiln {k:.2f} s (launch() itself {s * 1000:.0f} ms, ready noticed "
+                  f"{n:.2f} s after the engine's first 200)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     h, k = statistics.median(hand), statistics.median(kiln)
+    added = [s + n for s, n in zip(spawn, notice)]
     print(f"\nvllm-cpu 0.32.0, tiny Llama, {'compiled' if args.compile else '--enforce-eager'}, "
-          f"{args.rounds} rounds, {os.cpu_count()} CPUs")
-    print(f"launch-to-ready median: by hand {h:.2f} s, through Kiln {k:.2f} s -> Kiln adds {k - h:+.2f} s "
-          f"(ratio {k / h:.3f}); supervisor.launch() {statistics.median(spawn) * 1000:.0f} ms; "
-          f"target <= 1 s: {'met' if k - h <= 1.0 else 'NOT met'}")
+          f"{args.rounds} rounds, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"launch-to-ready median: by hand {h:.2f} s, through Kiln {k:.2f} s -> difference {k - h:+.2f} s "
+          f"(ratio {k / h:.3f}); on a shared machine this difference is mostly the engine's own variance")
+    print(f"what Kiln itself adds, per launch (launch() + the watch loop noticing the engine's first 200): "
+          f"median {statistics.median(added):.2f} s, max {max(added):.2f} s; "
+          f"target <= 1 s: {'met' if max(added) <= 1.0 else 'NOT met'}")
 
 
 if __name__ == "__main__":
