@@ -117,6 +117,7 @@ def kiln_child(port: int, n: int, concurrency: int) -> None:
     asyncio.run(Runner(batch).run())
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu0
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the output back below
     stop.set()
     watcher.join()
     services.finish(batch.pk)
@@ -126,7 +127,7 @@ def kiln_child(port: int, n: int, concurrency: int) -> None:
     mid = [done[:size].count(b"\n") for t, size in samples if t - start >= wall / 2]
     print("RESULT " + json.dumps({
         "wall": wall, "cpu_ms_per_line": 1000 * cpu / n, "completed": batch.completed, "failed": batch.failed, "status": batch.status,
-        "rss_before_run_mb": rss_before / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_run_mb": rss_before / 1024, "peak_rss_mb": peak_rss / 1024,
         "lines_on_disk_half_way": mid[0] if mid else None,
     }), flush=True)
 
