@@ -468,6 +468,10 @@ class _Runner:
                     ExperimentStep.objects.filter(pk=step.pk).update(status=StepStatus.CANCELLED,
                                                                      finished=timezone.now())
                     raise
+                except _Failed as failed:  # e.g. a configuration that went down: this step says why
+                    ExperimentStep.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, note=str(failed)[:2000],
+                                                                     finished=timezone.now())
+                    raise
                 ExperimentStep.objects.filter(pk=step.pk).update(status=status, note=note[:2000],
                                                                  finished=timezone.now())
                 if status == StepStatus.FAILED and step.kind == ExperimentStep.Kind.LAUNCH:
@@ -495,6 +499,16 @@ class _Runner:
         Experiment.objects.filter(pk=self.id, claim=self.token).update(status=outcome, error=error,
                                                                        finished=timezone.now())
         self.progress(str(Experiment.Status(outcome).label))
+        if outcome != Status.CANCELLED:  # the user cancelled it: nobody needs telling
+            try:
+                from django.urls import reverse
+
+                from monitoring.alerts import hooks as alert_hooks
+
+                alert_hooks.experiment_finished(self.experiment, failed=outcome == Status.FAILED, error=error,
+                                                link=reverse("experiment_detail", args=[self.id]))
+            except Exception:  # noqa: BLE001 - an alert that cannot be raised must not fail the experiment
+                logger.exception("experiment %s: alert not raised", self.id)
 
     def do(self, step: ExperimentStep) -> tuple[str, str]:
         if step.kind == ExperimentStep.Kind.LAUNCH:

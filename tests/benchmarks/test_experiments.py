@@ -157,3 +157,24 @@ def test_the_sweet_spot_preset_sweeps_1_to_64_with_the_slo(profiles, django_capt
         experiment = experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk}, slo_decode_tok_s=20)
     assert experiment.concurrency_levels == [1, 2, 4, 8, 16, 32, 64] and experiment.slo_decode_tok_s == 20
     assert experiment.steps.filter(kind="measure").count() == 7 * 3
+
+
+def test_a_configuration_that_went_down_fails_the_experiment_with_the_reason_and_an_alert(
+        profiles, django_capture_on_commit_callbacks):
+    from monitoring.models import AlertEvent
+
+    dep = Deployment.objects.create(name="mine", host=settings.HOST_NAME, profile=profiles[0], status="ready",
+                                    port=9)
+    with django_capture_on_commit_callbacks(execute=False):
+        experiment = _create(profiles, configurations=[{"deployment": dep.pk}, {"deployment": dep.pk, "label": "B"}],
+                             repetitions=1)
+    Deployment.objects.filter(pk=dep.pk).update(status="stopped")
+    experiments.experiment_execute(experiment.pk, worker="here")  # the task's work, in this process
+    experiment.refresh_from_db()
+    assert experiment.status == "failed" and "mine is no longer ready" in experiment.error
+    assert list(experiment.steps.values_list("status", flat=True)) == ["failed", "skipped"]
+    assert "no longer ready" in experiment.steps.first().note
+    event = AlertEvent.objects.get(kind="experiment_failed")
+    assert event.link == f"/benchmarks/experiments/{experiment.pk}/"
+    dep.refresh_from_db()
+    assert dep.status == "stopped"  # a user's own deployment is never started or stopped by an experiment
