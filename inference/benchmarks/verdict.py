@@ -31,6 +31,7 @@ METRIC_BETTER = {key: better for key, better, _name in HEADLINE_METRICS}
 SATURATION_GAIN = 0.10
 
 METHOD = gettext_lazy(
+    # xgettext:no-python-format  ("95% confidence" is prose, not a %-directive)
     "Each configuration ran the same workload R times. Per metric, each run gives one number; the page shows "
     "their mean and a 95% confidence interval from Student's t distribution (R − 1 degrees of freedom). "
     "The ratio B/A is computed on the log scale: its standard error combines both configurations' relative "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from django.utils.translation import gettext_noop
+
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -173,57 +175,57 @@ class VllmEngine(Engine):
     )
     failure_rules = (
         rule("bf16_unsupported", r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
-             "This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half.", fatal=True),
+             gettext_noop("This GPU has no bf16 (V100 is compute capability 7.0): set dtype to half."), fatal=True),
         rule("no_kv_cache_memory", r"No available memory for the cache blocks",
-             "Nothing is left for the KV cache after the weights: raise GPU memory utilization, "
-             "use more GPUs (tensor parallel) or a smaller / more quantized model.", fatal=True),
+             gettext_noop("Nothing is left for the KV cache after the weights: raise GPU memory utilization, "
+             "use more GPUs (tensor parallel) or a smaller / more quantized model."), fatal=True),
         rule("max_model_len_too_long", r"the estimated maximum model length is ([0-9][0-9,]*)",
-             "The KV cache can't hold the max model length: lower max model len to the estimate in "
-             "this line, or raise GPU memory utilization.", fatal=True),
+             gettext_noop("The KV cache can't hold the max model length: lower max model len to the estimate in "
+             "this line, or raise GPU memory utilization."), fatal=True),
         rule("gpu_memory_taken", r"less than desired GPU memory utilization|not enough GPU memory",
-             "Not enough free GPU memory: another process holds the GPU, or GPU memory utilization is "
-             "set too high. Check the GPU's processes or lower the utilization."),
+             gettext_noop("Not enough free GPU memory: another process holds the GPU, or GPU memory utilization is "
+             "set too high. Check the GPU's processes or lower the utilization.")),
         rule("no_kernel_image", r"no kernel image is available for execution on the device",
-             "This vLLM/torch build has no kernels for this GPU's architecture (stock wheels dropped "
-             "sm70/V100): use a build compiled for it, e.g. an older vLLM or 1Cat-vLLM on V100.", fatal=True),
+             gettext_noop("This vLLM/torch build has no kernels for this GPU's architecture (stock wheels dropped "
+             "sm70/V100): use a build compiled for it, e.g. an older vLLM or 1Cat-vLLM on V100."), fatal=True),
         rule("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError",
-             "The GPU ran out of memory: lower max model len / max num seqs or GPU memory utilization, "
-             "or add GPUs."),
+             gettext_noop("The GPU ran out of memory: lower max model len / max num seqs or GPU memory utilization, "
+             "or add GPUs.")),
         rule("unknown_argument", r"unrecognized arguments|error: argument",
-             "This vLLM version does not accept one of the flags: check the extra arguments against "
-             "`vllm serve --help` of the installed version.", fatal=True),
+             gettext_noop("This vLLM version does not accept one of the flags: check the extra arguments against "
+             "`vllm serve --help` of the installed version."), fatal=True),
         rule("port_in_use", r"Address already in use|error while attempting to bind on address",
-             "The port is taken: leave the port empty so the panel picks a free one."),
+             gettext_noop("The port is taken: leave the port empty so the panel picks a free one.")),
         rule("engine_core_failed", r"Engine core initialization failed",
-             "The engine failed while starting; the lines above this one name the cause."),
+             gettext_noop("The engine failed while starting; the lines above this one name the cause.")),
         # Fatal: no setting of this build runs that quantization on this GPU.
         rule("quantization_unsupported_gpu",
              r"quantization method (\S+) is not supported for the current GPU\. Minimum capability: (\d+)\. "
              r"Current capability: (\d+)",
-             "This vLLM build has no kernels for that quantization on this GPU: choose another quantization "
+             gettext_noop("This vLLM build has no kernels for that quantization on this GPU: choose another quantization "
              "(GPTQ runs on compute capability 6.0+) or install a build for this GPU from the Runtimes page's "
-             "catalog (on a V100: an sm70 build such as 1Cat-vLLM).", fatal=True),
+             "catalog (on a V100: an sm70 build such as 1Cat-vLLM)."), fatal=True),
         rule("max_model_len_above_model",
              r"User-specified max_model_len \(([0-9,]+)\) is greater than the derived max_model_len",
-             "Max model len is above what the model was trained for (max_position_embeddings in its "
+             gettext_noop("Max model len is above what the model was trained for (max_position_embeddings in its "
              "config.json): lower it, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the profile's environment if "
-             "you know the model extrapolates.", fatal=True),
+             "you know the model extrapolates."), fatal=True),
         rule("model_not_found",
              r"Repo id must be in the form|Invalid repository ID or local directory|"
              r"does not appear to have a file named config\.json|Can't load the configuration of",
-             "vLLM found no model at that path on this host: check the profile's model path (a folder with "
-             "config.json), or download the model on the Models page.", fatal=True),
+             gettext_noop("vLLM found no model at that path on this host: check the profile's model path (a folder with "
+             "config.json), or download the model on the Models page."), fatal=True),
         rule("cpu_kv_cache_space",
              r"Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE",
-             "The CPU KV cache does not fit in free memory: lower VLLM_CPU_KVCACHE_SPACE (GiB) in the profile's "
-             "environment.", fatal=True),
+             gettext_noop("The CPU KV cache does not fit in free memory: lower VLLM_CPU_KVCACHE_SPACE (GiB) in the profile's "
+             "environment."), fatal=True),
         # After this the API server shuts down and exits with status 0: still a
         # crash (the engine died), not a stop.
         rule("engine_died",
              r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|"
              r"engine core exited unexpectedly",
-             "The engine core died while serving (the server then exits with status 0; that is a crash, not a "
-             "stop). Kiln restarts it; the lines above name the cause."),
+             gettext_noop("The engine core died while serving (the server then exits with status 0; that is a crash, not a "
+             "stop). Kiln restarts it; the lines above name the cause.")),
     )
 
     def classify_line(self, line: str):

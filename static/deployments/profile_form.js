@@ -14,14 +14,14 @@
       const el = document.querySelector(`[data-errors="${k}"]`);
       if (el) el.textContent = v.join(" ");
     });
-    out.textContent = data.command || "Fix the fields marked in red to see the command.";
+    out.textContent = data.command || gettext("Fix the fields marked in red to see the command.");
     note.textContent = data.note || "";
   }
   form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(refresh, 300); });
   form.addEventListener("change", () => { clearTimeout(timer); timer = setTimeout(refresh, 100); });
   document.querySelector("button[data-copy]").addEventListener("click", (ev) => {
-    navigator.clipboard.writeText(out.textContent).catch(() => {}); ev.target.textContent = "Copied";
-    setTimeout(() => { ev.target.textContent = "Copy"; }, 1500);
+    navigator.clipboard.writeText(out.textContent).catch(() => {}); ev.target.textContent = gettext("Copied");
+    setTimeout(() => { ev.target.textContent = gettext("Copy"); }, 1500);
   });
   refresh();
   KilnPreflight.attach(form);
