@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import os
 import queue
+import random
 import signal
 import socket
 import statistics
@@ -142,6 +143,9 @@ def main():
             if dep.status == "failed":
                 continue
             kills[pk] += 1
+            # At a random moment: right after the page shows "ready" is just after a watch tick,
+            # which would make every exit wait a whole tick; real crashes fall anywhere in it.
+            time.sleep(random.uniform(0.0, 1.0))
             killed = time.time()
             os.killpg(dep.pgid, signal.SIGKILL)
             while True:
