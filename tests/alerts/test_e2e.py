@@ -105,8 +105,9 @@ def test_an_engine_that_crashes_is_alerted_and_resolved(tmp_path, celery_worker,
     steer(control)
     profile = make_profile(host=settings.HOST_NAME, runtime_path=fake_server(tmp_path), name="qwen")
     dep = svc.deployment_start_process(deployment_id=make_deployment(profile).pk)
-    monitor, log = start_monitor(tmp_path, control)
+    monitor = None
     try:
+        monitor, log = start_monitor(tmp_path, control)
         dep = wait_until(lambda: Deployment.objects.filter(pk=dep.pk, status="ready").first(), 60, "ready")
         os.killpg(dep.pgid, signal.SIGKILL)  # the engine dies
         killed = time.time()
@@ -117,7 +118,8 @@ def test_an_engine_that_crashes_is_alerted_and_resolved(tmp_path, celery_worker,
         resolved = next_of(receiver, "engine_crashed", resolved=True)  # restarted and ready again
         assert resolved["deployment_id"] == dep.pk
     finally:
-        stop_group(monitor)
+        if monitor is not None:
+            stop_group(monitor)
         dep.refresh_from_db()
         if dep.pgid:
             try:
