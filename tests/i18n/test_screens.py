@@ -17,6 +17,9 @@ PAGES = {  # path -> a Chinese word the page shows
     "/benchmarks/": "基准测试",
     "/deployments/plan": "预检",
     "/audit/": "审计日志",
+    "/keys/": "创建密钥",
+    "/playground/": "对话测试",
+    "/users/": "添加用户",
 }
 SHOTS = Path(REPO) / "test-artifacts" / "i18n"
 
