@@ -25,6 +25,15 @@ if ! command -v xgettext >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q gettext >&2
 fi
 
+if [ ! -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ]; then
+  # Chinese glyphs for the zh-Hans screenshots (without a CJK font Chromium draws boxes).
+  echo "kiln: installing Debian's fonts-wqy-zenhei for the zh-Hans screenshots" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q fonts-wqy-zenhei >&2
+fi
+
 PYTHON=$(python3 dashboard/bootstrap.py requirements.txt tests/requirements.txt)
 # pytest exits 5 when no test ran; set -e makes that (like any failure) fail this script.
 exec "$PYTHON" -m pytest -c tests/pytest.ini --rootdir=. "$@"
