@@ -4,6 +4,7 @@ Everything binds 127.0.0.1 on a free port and is stopped at the end.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,17 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 # Fixtures that start a real llama-server: a test using one is marked `engine`.
 ENGINE_FIXTURES = {"demo_engine", "llama", "llama_server"}
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def pytest_configure(config):
+    # `timeout 600 pytest ...` (or CI cancelling a run) sends SIGTERM, which would end
+    # pytest without teardown and leave every server and engine a fixture started
+    # running in its own session; as a KeyboardInterrupt the fixtures' teardowns still run.
+    signal.signal(signal.SIGTERM, _terminated)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

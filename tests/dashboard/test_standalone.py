@@ -112,10 +112,20 @@ def test_standalone_runner_serves_the_panel_and_stops_cleanly(tmp_path, browser)
         left = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert left == [], [p.cmdline() for p in left]
     finally:
+        # Children first: once the runner is killed they are re-parented and
+        # descendants() no longer finds them (gunicorn, celery, redis were left running).
+        try:
+            leftovers = runner.descendants() if runner.process.poll() is None else []
+        except psutil.NoSuchProcess:
+            leftovers = []
+        leftovers += [p for p in locals().get("children", []) if p not in leftovers]
         if runner.process.poll() is None:
             runner.process.kill()
-            for proc in runner.descendants():
+        for proc in leftovers:
+            try:
                 proc.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 def test_second_start_prints_no_password_and_reuses_the_database(tmp_path):
