@@ -18,13 +18,15 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
 from django.db import close_old_connections
 from django.http import JsonResponse, StreamingHttpResponse
+from django.utils.translation import gettext
 from django.views.decorators.csrf import csrf_exempt
 
+from dashboard.roles import OPERATOR_ONLY, is_operator
 from inference.batches import schemas, selectors, services
 from inference.batches.storage import BatchUploadHandler
 from inference.gateway import keys
 from inference.gateway.errors import bad_request, error_response
-from inference.gateway.views import _caller
+from inference.gateway.views import _caller, _session_user
 from inference.models import ApiKey, BatchFile
 
 CHUNK = 1 << 20
@@ -61,6 +63,32 @@ def _json_body(request) -> dict | None:
     return body if isinstance(body, dict) else None
 
 
+def _is_operator_id(user_id) -> bool:
+    user = _user(user_id)
+    return user is not None and is_operator(user)
+
+
+async def _change_refused(caller):
+    """A signed-in session may only read here unless its user is an operator
+    (viewers look, operators change); a Bearer key was made by an operator."""
+    if caller.key_id is not None or await _db(_is_operator_id)(caller.user_id):
+        return None
+    return error_response(403, str(OPERATOR_ONLY), "invalid_request_error", "forbidden")
+
+
+async def _session_refused(request):
+    """Who a key-less upload is from, before its body is read: 401 for no one
+    signed in, 403 for a viewer. (The session's CSRF check reads the form, so it
+    runs once the body is read: only an operator's upload gets that far.)"""
+    user = await _session_user(request)
+    if user is None or not user.is_authenticated:
+        return error_response(401, gettext("No API key: send 'Authorization: Bearer kiln-…' (create a key on the "
+                                           "panel's Keys page)."), "invalid_request_error", "missing_api_key")
+    if not await sync_to_async(is_operator, thread_sensitive=False)(user):
+        return error_response(403, str(OPERATOR_ONLY), "invalid_request_error", "forbidden")
+    return None
+
+
 def _limit(request) -> int | None:
     try:
         value = int(request.GET.get("limit", "20"))
@@ -93,16 +121,22 @@ async def files(request):
     secret = keys.bearer(request)
     try:
         multipart = (request.content_type or "").startswith("multipart/form-data")
-        if secret or not multipart:  # a key is checked before the body is read
+        # Who is calling is settled before the body is read: a key, or a signed-in operator.
+        if secret:
             caller, _, refused = await _caller(request, count=False)
-            if refused:
-                return refused
+        else:
+            refused = await _session_refused(request)
+        if refused:
+            return refused
         if not multipart:
             return bad_request("Upload the file as multipart/form-data with the fields 'file' and 'purpose' "
                                "(the openai client's files.create does).", "file")
         await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
         if not secret:  # a session's CSRF token may be a form field: checked once the form is read
             caller, _, refused = await _caller(request, count=False)
+            if refused:
+                return refused
+            refused = await _change_refused(caller)
             if refused:
                 return refused
         if handler.incoming is None:
@@ -133,6 +167,10 @@ async def file_detail(request, file_id):
     caller, _, refused = await _caller(request, count=False)
     if refused:
         return refused
+    if request.method == "DELETE":
+        refused = await _change_refused(caller)
+        if refused:
+            return refused
     row = await _db(selectors.file_for)(caller.user_id, file_id)
     if row is None:
         return _not_found("file", file_id)
@@ -200,6 +238,9 @@ async def batches(request):
                              "last_id": data[-1]["id"] if data else None})
     if request.method != "POST":
         return _method("GET or POST", "/v1/batches")
+    refused = await _change_refused(caller)
+    if refused:
+        return refused
     body = _json_body(request)
     if body is None:
         return bad_request("The request body must be a JSON object.")
@@ -244,6 +285,9 @@ async def batch_cancel(request, batch_id):
     if request.method != "POST":
         return _method("POST", "/v1/batches/{id}/cancel")
     caller, _, refused = await _caller(request, count=False)
+    if refused:
+        return refused
+    refused = await _change_refused(caller)
     if refused:
         return refused
     batch = await _db(selectors.batch_for)(caller.user_id, batch_id)

@@ -182,3 +182,59 @@ def test_files_list_retrieve_delete_and_refusals_are_openai_style(api, asgi_serv
     answer = httpx.post(asgi_server + "/v1/files", headers={"Authorization": f"Bearer {other}"},
                         json={"file": "x"})
     assert answer.status_code == 400 and "multipart" in answer.json()["error"]["message"]
+
+
+# ---------------------------------------------------------------- who may change things through /v1/
+
+
+def _upload(client, **headers):
+    return client.post("/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl([chat_line(0)]))}, **headers)
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Every upload file the multipart parser opens (storage.Incoming), recorded."""
+    seen = []
+    real = storage.Incoming
+
+    class Recorded(real):
+        def __init__(self, *args, **kwargs):
+            seen.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "Incoming", Recorded)
+    return seen
+
+
+def test_an_anonymous_upload_is_refused_before_its_body_is_read(transactional_db, opened):
+    from django.test import Client
+
+    answer = _upload(Client())
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "missing_api_key"
+    assert opened == [], "the anonymous upload's file part was parsed and written before the 401"
+    assert not BatchFile.objects.exists()
+
+
+def test_a_viewers_session_may_read_but_not_change_files_or_batches(transactional_db, viewer, operator, opened):
+    from django.test import Client
+
+    mine = services.file_from_text(jsonl([chat_line(0)]).decode(), user=viewer)
+    batch = Batch.objects.create(user=viewer, endpoint="/v1/chat/completions", input_file=mine, host="testhost",
+                                 status="in_progress", total=1)
+    opened.clear()
+    client = Client()
+    client.force_login(viewer)
+    assert client.get("/v1/files").json()["data"][0]["id"] == mine.pk  # reading stays open
+    answers = [_upload(client),
+               client.post("/v1/batches", {"input_file_id": mine.pk, "endpoint": "/v1/chat/completions"},
+                           content_type="application/json"),
+               client.post(f"/v1/batches/{batch.pk}/cancel"),
+               client.delete(f"/v1/files/{mine.pk}")]
+    for answer in answers:
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden", answer.content
+    assert opened == [], "the viewer's upload was parsed"
+    assert list(BatchFile.objects.values_list("pk", flat=True)) == [mine.pk]
+    assert Batch.objects.get().status == "in_progress" and Batch.objects.count() == 1
+    client.force_login(operator)  # an operator's session uploads
+    answer = _upload(client)
+    assert answer.status_code == 200 and answer.json()["object"] == "file", answer.content

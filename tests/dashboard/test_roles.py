@@ -138,18 +138,19 @@ OWN_ACCOUNT = {
 }
 # JSON routes that compute an answer from their body and write nothing: reads, by POST.
 READS_BY_POST = {"api/preflight", "api/launch-profiles/preview"}
-# The gateway: chatting is reading (a viewer may chat in the Playground through the session).
+# The gateway: chatting is reading (a viewer may chat in the Playground through the session);
+# uploading, deleting and starting or cancelling batches are changes (a viewer's session is 403).
 GATEWAY = {
     "v1/chat/completions": {"POST": READ},
     "v1/completions": {"POST": READ},
     "v1/embeddings": {"POST": READ},
     "v1/models": {"GET": READ},
-    "v1/files": {"GET": READ, "POST": READ},
-    "v1/files/<str:file_id>": {"GET": READ, "DELETE": READ},
+    "v1/files": {"GET": READ, "POST": CHANGE},
+    "v1/files/<str:file_id>": {"GET": READ, "DELETE": CHANGE},
     "v1/files/<str:file_id>/content": {"GET": READ},
-    "v1/batches": {"GET": READ, "POST": READ},
+    "v1/batches": {"GET": READ, "POST": CHANGE},
     "v1/batches/<str:batch_id>": {"GET": READ},
-    "v1/batches/<str:batch_id>/cancel": {"POST": READ},
+    "v1/batches/<str:batch_id>/cancel": {"POST": CHANGE},
 }
 WEBSOCKETS = {"ws/live/"}
 # What a read answers when it is not 200: a preflight of an empty body names the missing fields.
@@ -430,7 +431,10 @@ def test_the_gateway_refuses_anonymous_and_serves_viewer_and_operator(asgi_serve
                         else f"{r.status_code}, not 401"
                 elif kind is None:
                     problem = None if r.status_code == 405 else f"{r.status_code}, not 405"
-                else:  # a read: an empty body is a 400 naming the model, never a refusal
+                elif kind == CHANGE and role == "viewer":
+                    problem = None if r.status_code == 403 and r.json()["error"]["code"] == "forbidden" \
+                        else f"{r.status_code}, not 403 forbidden"
+                else:  # a read or an operator's change: an empty body is a 400, never a refusal
                     problem = f"{r.status_code}: refused" if r.status_code in (401, 403) else None
                 if r.headers.get("content-type", "").startswith("application/json") is False:
                     problem = problem or f"not JSON: {r.headers.get('content-type')}"
