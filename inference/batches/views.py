@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.roles import operator_required
+from dashboard.roles import is_operator, operator_required
 from inference.batches import schemas, selectors, services
 from inference.batches.forms import BatchForm
 from inference.batches.storage import BatchUploadHandler
@@ -78,6 +78,12 @@ def _get(batch_id):
     return batch
 
 
+def _may_see_content(user, batch) -> bool:
+    """A batch's files and lines hold its owner's prompts and answers: the
+    owner and operators see them; other viewers see only its progress."""
+    return (batch.user_id is not None and batch.user_id == user.pk) or is_operator(user)
+
+
 @require_GET
 def batch_detail(request, batch_id):
     batch = _get(batch_id)
@@ -85,9 +91,10 @@ def batch_detail(request, batch_id):
     status = request.GET.get("status", "")
     if status not in BatchLine.Status.values:
         status = ""
+    content = _may_see_content(request.user, batch)
     return render(request, "batches/batch_detail.html", {
-        "batch": batch, "progress": schemas.batch_progress(batch),
-        "lines": selectors.batch_lines(batch, q=q, status=status, page=request.GET.get("page", 1)),
+        "batch": batch, "progress": schemas.batch_progress(batch), "may_see_content": content,
+        "lines": selectors.batch_lines(batch, q=q, status=status, page=request.GET.get("page", 1)) if content else None,
         "q": q, "status": status, "statuses": BatchLine.Status.choices,
         "can_cancel": not batch.is_finished and batch.status != "cancelling",
         "can_resume": batch.status in ("cancelled", "failed", "paused"),
@@ -122,6 +129,9 @@ def batch_resume(request, batch_id):
 @require_GET
 def batch_download(request, batch_id, which):
     batch = _get(batch_id)
+    if not _may_see_content(request.user, batch):
+        return render(request, "403.html", {
+            "message": _("Only the batch's owner and operators may download its files.")}, status=403)
     files = {"input": (batch.input_file, batch.input_file.bytes if batch.input_file else 0),
              "output": (batch.output_file, batch.output_size), "errors": (batch.error_file, batch.error_size)}
     if which not in files or files[which][0] is None:

@@ -97,3 +97,25 @@ def test_a_batch_from_the_browser_runs_live_and_its_lines_can_be_searched(
         page.screenshot(path=str(ARTIFACTS / "batches_420.png"), full_page=True)
         page.goto(asgi_server + f"/batches/{batch.pk}/")
         page.screenshot(path=str(ARTIFACTS / "batch_detail_420.png"), full_page=True)
+
+
+def test_only_the_owner_and_operators_see_a_batchs_files_and_lines(client, operator, viewer):
+    from dashboard import services as accounts
+    from inference.batches import services
+
+    other, _ = accounts.account_create(username="vera", role="viewer")
+    accounts.account_password_changed(user=other)
+    f = services.file_from_text(jsonl([chat_line(0)]).decode(), user=other)
+    batch = Batch.objects.create(user=other, endpoint="/v1/chat/completions", input_file=f, host="testhost",
+                                 status="in_progress", total=1)
+    BatchLine.objects.create(batch=batch, line=1, custom_id="secret-prompt-id", offset=0, length=1)
+    client.force_login(viewer)
+    answer = client.get(f"/batches/{batch.pk}/download/input")
+    assert answer.status_code == 403
+    page = client.get(f"/batches/{batch.pk}/").content.decode()
+    assert batch.pk in page and "secret-prompt-id" not in page and "/download/" not in page
+    for user in (other, operator):
+        client.force_login(user)
+        answer = client.get(f"/batches/{batch.pk}/download/input")
+        assert answer.status_code == 200 and b"".join(answer.streaming_content) == jsonl([chat_line(0)])
+        assert "secret-prompt-id" in client.get(f"/batches/{batch.pk}/").content.decode()

@@ -209,7 +209,7 @@ def is_json_route(route):
 
 
 @pytest.fixture
-def rows(db, tmp_path, operator):
+def rows(db, tmp_path, operator, viewer):
     """One row of each kind a path names, so that every route resolves to something."""
     target, _ = accounts.account_create(username="tina", role="viewer")
     folder = tmp_path / "model"
@@ -241,8 +241,9 @@ def rows(db, tmp_path, operator):
     batch_input = tmp_path / "batch.jsonl"
     batch_input.write_bytes(b'{"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
     batch_file = BatchFile.objects.create(filename="batch.jsonl", path=str(batch_input), bytes=76, lines=1)
+    # The viewer's own batch: its files are the owner's and operators' to download (tests/batches covers others).
     batch = Batch.objects.create(endpoint="/v1/chat/completions", input_file=batch_file, host=settings.HOST_NAME,
-                                 status="completed", total=1)
+                                 status="completed", total=1, user=viewer)
     return {"batch_id": batch.pk, "which": "input",
             "channel_id": channel.pk, "rule_id": rule.pk, "user_id": target.pk, "artifact_id": artifact.pk, "runtime_id": runtime.pk, "profile_id": profile.pk,
             "deployment_id": deployment.pk, "experiment_id": experiment.pk, "run_id": run.pk, "run_id2": run2.pk, "key_id": key.pk, "job_id": job.pk,
