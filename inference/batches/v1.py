@@ -58,7 +58,7 @@ def _method(allowed: str, path: str):
 def _json_body(request) -> dict | None:
     try:
         body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # "[" * 100000 nests past the parser's depth
         return None
     return body if isinstance(body, dict) else None
 

@@ -238,3 +238,12 @@ def test_a_viewers_session_may_read_but_not_change_files_or_batches(transactiona
     client.force_login(operator)  # an operator's session uploads
     answer = _upload(client)
     assert answer.status_code == 200 and answer.json()["object"] == "file", answer.content
+
+
+def test_a_deeply_nested_batch_body_is_a_400_not_a_500(transactional_db, operator):
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    client.force_login(operator)
+    answer = client.post("/v1/batches", "[" * 100000, content_type="application/json")
+    assert answer.status_code == 400 and "JSON object" in answer.json()["error"]["message"]
