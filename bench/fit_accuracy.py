@@ -17,6 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# The engine plugins mark their hints for translation, which reads Django's settings.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+import django  # noqa: E402
+
+django.setup()
 
 from inference.preflight import fit  # noqa: E402
 from tests.preflight import fit_truth, real_runs  # noqa: E402

@@ -17,8 +17,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from django.utils.translation import gettext_noop
-
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -34,6 +32,7 @@ from inference.engines.base import (
     shebang_python,
     venv_bin,
 )
+from inference.engines.base import gettext_noop
 
 WRAPPER = "llama-cpp-server"
 SERVER = "llama-server"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-from django.utils.translation import gettext_noop
-
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -27,6 +25,7 @@ from inference.engines.base import (
     run_probe,
     venv_bin,
 )
+from inference.engines.base import gettext_noop
 
 MODULE = "sglang.launch_server"
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-from django.utils.translation import gettext_noop
-
 from inference.engines.base import (
     PHASE_COMPILING,
     PHASE_LOADING,
@@ -30,6 +28,7 @@ from inference.engines.base import (
     shebang_python,
     venv_bin,
 )
+from inference.engines.base import gettext_noop
 
 # Start-up lines that state memory figures, each figure's wordings newest first.
 # inference/preflight/capacity.py reads the figures; the phase rules below see
