@@ -47,6 +47,7 @@ from inference.models import Batch, BatchLine
 
 log = logging.getLogger(__name__)
 FLUSH_EVERY_S = 1.0
+OWNER_CHECK_S = 2.0  # how soon a revoked key or a disabled user stops a running batch
 FLUSH_AT = 512  # results that trigger a flush before the timer
 PAUSE_POLL_S = 3.0
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -144,6 +145,8 @@ class Runner:
         self.cancelled = False
         self.paused: Paused | None = None
         self.lost = False  # another runner took the batch: stop without writing
+        self.stop_reason: str | None = None  # its key was revoked or its user disabled or deleted
+        self._owner_checked = 0.0
         self._next_send = 0.0
         self._pace = asyncio.Lock() if self.gap else None
         self._flush_now = asyncio.Event()
@@ -229,13 +232,26 @@ class Runner:
         return self._progress()
 
     def _heartbeat(self) -> bool:
-        """Still ours; returns whether a cancel was asked."""
+        """Still ours; returns whether a cancel was asked (or the owner may no longer run it)."""
         row = Batch.objects.filter(pk=self.batch_id).values("claim", "cancel_requested").first()
         if row is None or row["claim"] != self.claim:
             self.lost = True
             return True
         Batch.objects.filter(pk=self.batch_id).update(heartbeat=timezone.now())
-        return row["cancel_requested"]
+        return row["cancel_requested"] or self._owner_stopped()
+
+    def _owner_stopped(self) -> bool:
+        """A revoked key or a disabled or deleted user stops the batch (checked at most every OWNER_CHECK_S)."""
+        from inference.batches import services
+
+        self._owner_checked = time.monotonic()
+        row = Batch.objects.filter(pk=self.batch_id).values("user_id", "key_id").first()
+        if row is None:
+            return False
+        self.stop_reason = services.owner_stop_reason(row["user_id"], row["key_id"],
+                                                      had_user=self.caller.user_id is not None,
+                                                      had_key=self.caller.key_id is not None)
+        return self.stop_reason is not None
 
     def _set_running(self) -> None:
         Batch.objects.filter(pk=self.batch_id, claim=self.claim).update(
@@ -463,6 +479,8 @@ class Runner:
             out_size = await asyncio.to_thread(self._append, out, err)
             state = await self._db(self._commit, results, unsent, *out_size)
             cancel = state.get("cancel", False)
+            if not cancel and time.monotonic() - self._owner_checked >= OWNER_CHECK_S:
+                cancel = await self._db(self._owner_stopped)  # a busy run has no idle heartbeat
         if cancel and not self.cancelled:
             self.cancelled = True
 

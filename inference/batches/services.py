@@ -299,6 +299,39 @@ def finish(batch_id) -> None:
     notify(batch_id)
 
 
+def owner_stop_reason(user_id, key_id, *, had_user: bool = False, had_key: bool = False) -> str | None:
+    """Why a batch may not go on for its owner: its API key revoked or deleted, its
+    user disabled or deleted (`had_user`/`had_key`: the run started with one that
+    the row no longer names). None when it may go on."""
+    from django.contrib.auth import get_user_model
+
+    from inference.models import ApiKey
+
+    if key_id is not None:
+        key = ApiKey.objects.filter(pk=key_id).values("revoked").first()
+        if key is None or key["revoked"] is not None:
+            return _("The API key that started this batch was revoked; the batch was stopped.")
+    elif had_key:
+        return _("The API key that started this batch was deleted; the batch was stopped.")
+    if user_id is not None:
+        user = get_user_model().objects.filter(pk=user_id).values("is_active").first()
+        if user is None:
+            return _("The user who started this batch was deleted; the batch was stopped.")
+        if not user["is_active"]:
+            return _("The user who started this batch was disabled; the batch was stopped.")
+    elif had_user:
+        return _("The user who started this batch was deleted; the batch was stopped.")
+    return None
+
+
+def stop_for_owner(batch_id, reason: str) -> None:
+    """Fail the batch with `reason` (also in OpenAI's `errors`); lines without a result are not sent."""
+    Batch.objects.filter(pk=batch_id).update(
+        errors={"object": "list", "data": [{"code": "owner_not_allowed", "message": str(reason), "param": None,
+                                            "line": None}]})
+    fail(batch_id, str(reason))
+
+
 def fail(batch_id, reason: str) -> None:
     Batch.objects.filter(pk=batch_id).update(status=Batch.Status.FAILED, failed_at=timezone.now(), reason=reason,
                                              claim="", pid=None)

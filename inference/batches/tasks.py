@@ -28,6 +28,10 @@ def run_batch(self, batch_id):
         return
     try:
         batch = Batch.objects.select_related("input_file", "output_file", "error_file").get(pk=batch_id)
+        stop = services.owner_stop_reason(batch.user_id, batch.key_id)
+        if stop:  # its key was revoked or its user disabled while it waited
+            services.stop_for_owner(batch_id, stop)
+            return
         if batch.status == Batch.Status.VALIDATING and not batch.cancel_requested:
             services.prepare_lines(batch)
             batch = Batch.objects.select_related("input_file", "output_file", "error_file").get(pk=batch_id)
@@ -41,7 +45,9 @@ def run_batch(self, batch_id):
                                                               run_base=batch.completed + batch.failed)
         runner = Runner(batch)
         asyncio.run(runner.run())
-        if not runner.lost:
+        if runner.stop_reason and not runner.lost:
+            services.stop_for_owner(batch_id, runner.stop_reason)
+        elif not runner.lost:
             services.finish(batch_id)
     except Exception as exc:
         logger.exception("batch %s failed", batch_id)

@@ -3,6 +3,7 @@ worker, driven by the `openai` client, against the counting stub engine."""
 
 import io
 import json
+import time
 
 import openai
 import pytest
@@ -113,3 +114,36 @@ def test_cancel_stops_the_batch_and_keeps_what_is_done(asgi_server, celery_worke
         assert len(kept) == done.request_counts.completed < 200
         assert slow.requests < 200
         assert BatchLine.objects.filter(batch_id=batch.id, status="cancelled").count() == 200 - len(kept)
+
+
+def test_revoking_the_key_stops_its_running_batch_with_the_reason(asgi_server, celery_worker, operator):
+    row, secret = keys.key_create(user=operator, name="batch", rate_limit=0)
+    with running(delay=0.3) as slow:
+        deployment(slow.port)
+        api = client(asgi_server, secret)
+        f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line(i) for i in range(200)]))),
+                             purpose="batch")
+        batch = api.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        wait_until(lambda: Batch.objects.get(pk=batch.id).completed >= 4, 60, "some done")
+        keys.key_revoke(key=row, by=operator)
+        stopped = wait_until(lambda: (b := Batch.objects.get(pk=batch.id)).status == "failed" and b, 30, "failed")
+        assert "key" in stopped.reason and "revoked" in stopped.reason
+        assert stopped.errors["data"][0]["message"] == stopped.reason
+        sent = slow.requests
+        assert sent < 200 and BatchLine.objects.filter(batch_id=batch.id, status="pending").exists()
+        time.sleep(1)
+        assert slow.requests == sent, "lines were still sent after the batch stopped"
+
+
+def test_a_disabled_users_queued_batch_is_not_run(asgi_server, celery_worker, stub):
+    from dashboard import services as accounts
+
+    owner, _ = accounts.account_create(username="dora", role="operator")
+    deployment(stub.port)
+    f = services.file_from_text(jsonl([chat_line(i) for i in range(3)]).decode(), user=owner)
+    with transaction.atomic():  # the task is queued when this commits: the user is disabled by then
+        batch = services.batch_create(user=owner, input_file=f, endpoint="/v1/chat/completions")
+        accounts.account_set_active(user=owner, active=False)
+    stopped = wait_until(lambda: (b := Batch.objects.get(pk=batch.pk)).status == "failed" and b, 60, "failed")
+    assert "disabled" in stopped.reason and stopped.errors["data"][0]["code"] == "owner_not_allowed"
+    assert stub.requests == 0
