@@ -232,20 +232,22 @@ def send_wecom(channel, message: Message) -> Outcome:
 def send_email(channel, message: Message) -> Outcome:
     o = channel.options or {}
     recipients = [r.strip() for r in o.get("recipients", []) if r.strip()]
-    mail = EmailMessage()
-    mail["Subject"] = message.title[:200]
-    mail["From"] = o.get("sender") or o.get("username") or "kiln@localhost"
-    mail["To"] = ", ".join(recipients)
-    mail["Date"] = formatdate(localtime=True)
-    mail["Message-ID"] = make_msgid(domain="kiln")
-    mail.set_content(_plain(message))
     security = o.get("security", "starttls")
-    context = ssl.create_default_context(cafile=o.get("ca_file") or None)
-    if not o.get("verify", True):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    host, port = o.get("host", ""), int(o.get("port") or (465 if security == "tls" else 587))
     try:
+        # Built inside the try: a bad header value or CA file is this delivery's failure, not a crash.
+        mail = EmailMessage()
+        # A line break in a header is refused by the email package (and would be header injection).
+        mail["Subject"] = " ".join(message.title.splitlines()).replace("\r", " ").replace("\n", " ")[:200]
+        mail["From"] = o.get("sender") or o.get("username") or "kiln@localhost"
+        mail["To"] = ", ".join(recipients)
+        mail["Date"] = formatdate(localtime=True)
+        mail["Message-ID"] = make_msgid(domain="kiln")
+        mail.set_content(_plain(message))
+        context = ssl.create_default_context(cafile=o.get("ca_file") or None)
+        if not o.get("verify", True):
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        host, port = o.get("host", ""), int(o.get("port") or (465 if security == "tls" else 587))
         if security == "tls":
             smtp = smtplib.SMTP_SSL(host, port, timeout=TIMEOUT_S, context=context)
         else:
@@ -286,3 +288,6 @@ def send(channel, message: Message) -> Outcome:
         return Outcome(False, None, f"{type(exc).__name__}: {exc}"[:500])
     except SecretUnreadable as exc:
         return Outcome(False, None, _("the channel's secret cannot be read: %(e)s") % {"e": exc})
+    except Exception as exc:  # noqa: BLE001 - any other sender error is this delivery's failure, never a 500
+        # Only the type: the message may quote the webhook URL, which holds the platform's token.
+        return Outcome(False, None, type(exc).__name__)

@@ -75,6 +75,9 @@ def claim(delivery_id: int) -> bool:
     now = timezone.now()
     due = Q(status=AlertDelivery.Status.PENDING) & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
     stale = Q(status=AlertDelivery.Status.SENDING, claimed_at__lt=now - dt.timedelta(seconds=STALE_CLAIM_S))
+    # A row whose attempts are used up (e.g. a worker died mid-send each time) fails instead of retrying forever.
+    AlertDelivery.objects.filter(due | stale, pk=delivery_id, attempts__gte=MAX_ATTEMPTS).update(
+        status=AlertDelivery.Status.FAILED, claimed_at=None, next_attempt_at=None)
     return AlertDelivery.objects.filter(due | stale, pk=delivery_id).update(
         status=AlertDelivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1) > 0
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import httpx
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -76,6 +77,13 @@ class ChannelForm(forms.ModelForm):
                 parts = urlsplit(url)
                 if parts.scheme not in ("http", "https") or not parts.netloc:
                     self.add_error("url", _("Give the full webhook address, starting with https://."))
+                else:
+                    try:  # the client that sends it must be able to parse it (a port like ":abc" is not)
+                        port = httpx.URL(url).port
+                    except (httpx.InvalidURL, ValueError, TypeError):
+                        port = -1
+                    if port is not None and not 0 < port < 65536:
+                        self.add_error("url", _("This address cannot be used (check its host and port number)."))
             elif not self.instance.url_encrypted:
                 self.add_error("url", _("Paste the webhook address the platform gave you."))
         return data

@@ -145,6 +145,34 @@ def test_a_receiver_that_is_down_is_retried_with_backoff_then_failed():
     assert delays == pytest.approx([5, 10, 20, 40, 80], abs=1.5)  # doubling backoff
 
 
+def test_a_delivery_whose_attempts_are_used_up_fails_instead_of_retrying(receiver):
+    """A worker that died mid-send each time leaves the row 'sending' with its attempts counted."""
+    d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"),
+                                     status="sending", attempts=delivery.MAX_ATTEMPTS,
+                                     claimed_at=timezone.now() - timezone.timedelta(hours=1))
+    assert delivery.deliver(d.pk) is None
+    d.refresh_from_db()
+    assert d.status == "failed" and d.attempts == delivery.MAX_ATTEMPTS
+    assert receiver.received.empty()
+    assert d.pk not in delivery.due_ids(grace_s=0)
+
+
+def test_an_email_title_with_line_breaks_is_sent_on_one_subject_line(tmp_path):
+    smtp = SmtpReceiver(tmp_path, implicit_tls=False).start()
+    try:
+        c = channel("email", host="127.0.0.1", port=smtp.port, security="starttls", sender="kiln@example.test",
+                    recipients=["ops@example.test"], ca_file=str(smtp.cert), verify=True)
+        status, d = send(c, event(subject="crashed\r\nBcc: victim@example.test"))
+        assert status == "sent", d.error
+        envelope = smtp.messages.get(timeout=10)
+        assert envelope.rcpt_tos == ["ops@example.test"]
+        headers = envelope.content.decode().replace("\r\n", "\n").split("\n\n")[0]
+        assert "Subject: [CRITICAL] Engine crashed: crashed Bcc: victim@example.test" in headers
+        assert "\nBcc:" not in headers
+    finally:
+        smtp.stop()
+
+
 def test_a_claimed_delivery_is_not_sent_twice(receiver):
     d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"))
     assert delivery.claim(d.pk)

@@ -108,3 +108,27 @@ def test_viewer_reads_but_cannot_change(view, receiver):
     assert view.post(f"/alerts/channels/{channel.pk}/test").status_code == 403
     assert view.post("/alerts/channels/new", {"name": "x", "kind": "wecom", "url": "https://x"}).status_code == 403
     assert receiver.received.empty() and AlertChannel.objects.count() == 1
+
+
+def test_a_webhook_address_the_sender_cannot_parse_is_a_form_error(ops):
+    for url in ("https://hooks.example:abc/T0K3N", "https://hooks.example:99999/T0K3N"):
+        response = ops.post("/alerts/channels/new", {"name": "w", "kind": "webhook", "url": url})
+        assert response.status_code == 400 and "port number" in response.content.decode(), url
+    assert not AlertChannel.objects.exists()
+
+
+def test_send_a_test_with_an_error_the_sender_does_not_expect_is_a_failure_not_a_500(ops, monkeypatch):
+    from monitoring.alerts import channels
+
+    def broken(channel, message):
+        raise RuntimeError(f"could not reach {channel.url}")  # a message quoting the token URL
+
+    monkeypatch.setitem(channels.SENDERS, "webhook", broken)
+    channel = AlertChannel(name="w", kind="webhook")
+    channel.url = "https://hooks.example/T0K3N"
+    channel.save()
+    response = ops.post(f"/alerts/channels/{channel.pk}/test", follow=True)
+    assert response.status_code == 200 and "failed" in response.content.decode()
+    d = AlertDelivery.objects.get()
+    assert d.status == "failed" and d.error == "RuntimeError" and "T0K3N" not in d.error
+
