@@ -21,6 +21,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -257,21 +258,28 @@ def _run(step: Step, env: dict, progress: Progress, log, timeout_s: float) -> No
     except OSError as exc:
         raise InstallFailed(step.label, f"could not run {step.argv[0]}: {exc}") from exc
     deadline = time.monotonic() + timeout_s
-    for line in proc.stdout:
-        line = line.rstrip()
-        # pip warns once per index location it cannot read; that is noise, not progress.
-        if line and not line.startswith("WARNING: Location "):
-            _note(progress, log, line)
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise InstallFailed(step.label, f"did not finish within {timeout_s:g} s")
-    code = proc.wait()
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            # pip warns once per index location it cannot read; that is noise, not progress.
+            if line and not line.startswith("WARNING: Location "):
+                _note(progress, log, line)
+            if time.monotonic() > deadline:
+                raise InstallFailed(step.label, f"did not finish within {timeout_s:g} s")
+        code = proc.wait()
+    finally:
+        # Timed out or interrupted: pip and the builds it started (its own session) go with it.
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        proc.stdout.close()
     if code != 0:
         tail = [ln for ln in list(progress.lines)[-8:] if ln.strip()]
         why = f"exit status {code}"
         if code < 0:
-            import signal
-
             why = f"killed by {signal.Signals(-code).name}"
             if -code == signal.SIGILL:
                 why += " (illegal instruction: this build needs CPU features this host lacks)"
@@ -279,7 +287,10 @@ def _run(step: Step, env: dict, progress: Progress, log, timeout_s: float) -> No
 
 
 def remove_venv(venv: Path, engines_dir: Path) -> None:
-    """Delete a managed runtime's directory; refuses anything outside engines_dir."""
+    """Delete a managed runtime's directory; refuses anything outside engines_dir, and a symlink
+    (rmtree would empty whatever the link points at)."""
+    if Path(venv).is_symlink():
+        raise ValueError(f"{venv} is a symlink, not a runtime Kiln installed; remove the link by hand")
     venv, engines_dir = Path(venv).resolve(), Path(engines_dir).resolve()
     if venv.parent != engines_dir:
         raise ValueError(f"{venv} is not a runtime Kiln installed (not directly under {engines_dir})")

@@ -88,6 +88,35 @@ def test_removing_a_runtime_refuses_folders_kiln_does_not_own(tmp_path):
     assert not (tmp_path / "engines" / "x").exists()
 
 
+def test_removing_a_runtime_refuses_a_symlink_and_leaves_its_target_alone(tmp_path):
+    engines = tmp_path / "engines"
+    (engines / "real").mkdir(parents=True)
+    (engines / "real" / "keep.txt").write_text("x")
+    (engines / "link").symlink_to(engines / "real")
+    with pytest.raises(ValueError, match="symlink"):
+        runtimes.remove_venv(engines / "link", engines)
+    assert (engines / "real" / "keep.txt").exists() and (engines / "link").is_symlink()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_a_step_past_its_time_is_killed_with_everything_it_started(tmp_path):
+    from tests.helpers import wait_until
+
+    step = runtimes.Step("slow", ("sh", "-c", "sleep 60 & echo $!; sleep 60"))
+    progress = runtimes.Progress()
+    with pytest.raises(runtimes.InstallFailed, match="did not finish"):
+        runtimes._run(step, {"PATH": "/usr/bin:/bin"}, progress, None, 0)
+    child = int(progress.lines[0])
+    wait_until(lambda: not _running(child), 10, f"the step's child {child} still runs")
+
+
 # --------------------------------------------------------------------------- the install job (real pip)
 
 SMALL = runtimes.Build(key="small-test", engine="vllm", hardware="cpu", label="a small real package",
