@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
 from django.db import close_old_connections
 from django.http import JsonResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from django.utils.translation import gettext
 from django.views.decorators.csrf import csrf_exempt
 
@@ -215,7 +216,8 @@ def stream_file(path: str, size: int, filename: str) -> StreamingHttpResponse:
 
     response = StreamingHttpResponse(chunks(), content_type="application/jsonl")
     response["Content-Length"] = str(size)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    # Django's builder quotes and escapes the name (an uploaded name may hold quotes or non-ASCII).
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
 
 

@@ -247,3 +247,20 @@ def test_a_deeply_nested_batch_body_is_a_400_not_a_500(transactional_db, operato
     client.force_login(operator)
     answer = client.post("/v1/batches", "[" * 100000, content_type="application/json")
     assert answer.status_code == 400 and "JSON object" in answer.json()["error"]["message"]
+
+
+def test_a_downloaded_files_name_is_quoted_in_content_disposition(transactional_db, operator):
+    from django.test import Client
+    from django.utils.http import content_disposition_header
+
+    client = Client()
+    client.force_login(operator)
+    name = 'my "batch"; v=1 é.jsonl'
+    upload = io.BytesIO(jsonl([chat_line(0)]))
+    upload.name = name
+    answer = client.post("/v1/files", {"purpose": "batch", "file": upload})
+    assert answer.status_code == 200, answer.content
+    stored = answer.json()["filename"]
+    assert '"' in stored and "é" in stored
+    answer = client.get(f"/v1/files/{answer.json()['id']}/content")
+    assert answer["Content-Disposition"] == content_disposition_header(True, stored)
