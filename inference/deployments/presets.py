@@ -178,10 +178,11 @@ GEMMA_DEMO = Preset(
     # llama-server fell back to ChatML and the model answered with
     # "<|im_end|><|im_start|>..." junk; Gemma's own turn format does no better
     # (only the instruction-tuned model learned it). The template writes the chat
-    # as a short transcript the base model continues, and the server stops at the
-    # next "User:" (checked against llama-server b11434).
-    model_args=("--chat-template-file", str(CHAT_TEMPLATES_DIR / "gemma3-270m-base.jinja"),
-                "--reverse-prompt", "User:"),
+    # as a short transcript the base model continues (checked against llama-server
+    # b11434). No server-wide "--reverse-prompt User:": llama-server then stops
+    # every request there, benchmarks' ignore_eos and a request's own "stop": []
+    # included, so a benchmark's fixed output length came out short.
+    model_args=("--chat-template-file", str(CHAT_TEMPLATES_DIR / "gemma3-270m-base.jinja")),
 )
 
 PRESETS: tuple[Preset, ...] = (QWEN_NVFP4, QWEN_AWQ_TP2, GGUF_Q5_ONE_GPU, GEMMA_DEMO)
