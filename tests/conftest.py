@@ -160,3 +160,13 @@ def viewer(db):
     services.account_password_changed(user=user)
     user.plain_password = password
     return user
+
+
+@pytest.fixture(autouse=True)
+def _preferred_hub_reset():
+    """The preferred hub is a file in DATA_DIR, shared by the whole run (and its servers):
+    a test that picks ModelScope must not make the next test's Models page default to it."""
+    yield
+    from pathlib import Path
+
+    (Path(settings.DATA_DIR) / "preferred_hub").unlink(missing_ok=True)

@@ -40,7 +40,7 @@ def test_download_from_the_browser_with_live_progress(browser, asgi_server, work
     page.click("#preview-button")
     page.wait_for_selector("#preview:not([hidden])")
     summary = page.inner_text("#preview-summary")
-    assert "1 files, 64.0 MiB" in summary and "fits" in summary
+    assert "1 file, 64.0 MiB" in summary and "fits" in summary
     assert page.inner_text("#preview-files") .count("big.gguf") == 1
     page.screenshot(path=str(ARTIFACTS / "models-preview.png"), full_page=True)
 
