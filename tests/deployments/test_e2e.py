@@ -133,6 +133,7 @@ def test_launch_the_gemma_preset_from_the_page_watch_it_get_ready_live_and_stop_
     page.screenshot(path=str(ARTIFACTS / "deployments-list.png"), full_page=True)
 
     page.goto(f"{asgi_server}/deployments/{dep_id}/")
+    page.once("dialog", lambda dialog: dialog.accept())  # Stop asks first
     page.click("#stop-button")
     page.wait_for_function("() => document.getElementById('status-badge').textContent.trim() === 'Stopped'", timeout=60000)
     # The page reloads itself once stopped, to offer "Launch again" instead of Stop.
