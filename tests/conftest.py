@@ -170,3 +170,18 @@ def _preferred_hub_reset():
     from pathlib import Path
 
     (Path(settings.DATA_DIR) / "preferred_hub").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def monitor_process(transactional_db, redis_clean, tmp_path):
+    """The real `manage.py monitor`: its watch loop follows the deployments (marks them
+    Ready), its sampler scrapes the engines' /metrics. Stopped even when it fails to start."""
+    log = tmp_path / "monitor.log"
+    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
+        assert process.poll() is None, log.read_text()
+        yield process
+    finally:
+        stop_group(process)

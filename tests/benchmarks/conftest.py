@@ -95,23 +95,6 @@ def demo_deployment(demo_engine, transactional_db):
 
 
 @pytest.fixture
-def monitor_process(transactional_db, redis_clean, tmp_path):
-    """The real `manage.py monitor`: its watch loop marks launched deployments Ready."""
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO, child_env, stop_group
-
-    log = tmp_path / "monitor.log"
-    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
-    assert process.poll() is None, log.read_text()
-    yield process
-    stop_group(process)
-
-
-@pytest.fixture
 def demo_profiles(transactional_db):
     """Two launch profiles of the Gemma demo that differ only in llama-server's
     parallel slots: A serves one request at a time (-np 1), B four (-np 4)."""

@@ -3,8 +3,6 @@ on the host queue -> llama-server with the Gemma demo -> the monitor process
 marks it ready -> a chat completion through the OpenAI endpoint -> stop ->
 no process left."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -16,22 +14,10 @@ from inference.deployments import services as svc
 from inference.models import Deployment, ModelArtifact
 from inference.deployments.presets import GEMMA_DEMO
 from inference.deployments.supervisor import group_members, port_is_free
-from tests.helpers import REPO, child_env, demo_model_path, needs_llama, stop_group, wait_until
+from tests.helpers import REPO, demo_model_path, needs_llama, wait_until
 
 pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.timeout(400)]
 ARTIFACTS = REPO / "test-artifacts"
-
-
-@pytest.fixture
-def monitor_process(transactional_db, redis_clean, tmp_path):
-    """The real `manage.py monitor` (its watch loop follows the deployments)."""
-    log = tmp_path / "monitor.log"
-    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
-    assert process.poll() is None, log.read_text()
-    yield process
-    stop_group(process)
 
 
 @pytest.fixture

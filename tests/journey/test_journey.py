@@ -3,29 +3,15 @@ one-time password, choose a password, start the demo from the Overview, chat wit
 the Playground and get a sensible answer, run a small benchmark, open the compare page,
 switch language. Full-page screenshots of each page at 1400 px and 420 px wide go to
 test-artifacts/journey/."""
-import subprocess
-import sys
 
 import pytest
 
 from inference.models import BenchmarkRun, Deployment
-from tests.helpers import REPO, child_env, needs_llama, stop_group, wait_until
+from tests.helpers import REPO, needs_llama, wait_until
 
 pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.browser, pytest.mark.timeout(900)]
 SHOTS = REPO / "test-artifacts" / "journey"
 NEW_PASSWORD = "glaze-and-fire-2026"
-
-
-@pytest.fixture
-def monitor_process(transactional_db, redis_clean, tmp_path):
-    """The real `manage.py monitor`: its watch loop marks the demo ready."""
-    log = tmp_path / "monitor.log"
-    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
-    assert process.poll() is None, log.read_text()
-    yield process
-    stop_group(process)
 
 
 def shoot(page, name, lang):

@@ -10,7 +10,6 @@ so they are few: marked `engine` and `vllm`.
 import fcntl
 from pathlib import Path
 import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from django.conf import settings
 
 from inference.deployments import runtimes
 from inference.models import EngineRuntime
-from tests.helpers import DEMO_CACHE, REPO, child_env, stop_group, wait_until
+from tests.helpers import DEMO_CACHE, REPO
 
 from inference.deployments import supervisor
 
@@ -76,18 +75,6 @@ def vllm_runtime(transactional_db, vllm_venv):
     row = runtime_detect(runtime_id=row.pk)
     assert row.detect_status == "ok", row.detect_detail
     return row
-
-
-@pytest.fixture
-def monitor_process(transactional_db, redis_clean, tmp_path):
-    """The real `manage.py monitor`: its watch loop follows the deployments, its sampler scrapes /metrics."""
-    log = tmp_path / "monitor.log"
-    process = subprocess.Popen([sys.executable, "manage.py", "monitor"], cwd=REPO, env=child_env(),
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    wait_until(lambda: b"monitor on host" in log.read_bytes() or process.poll() is not None, 60, "monitor start")
-    assert process.poll() is None, log.read_text()
-    yield process
-    stop_group(process)
 
 
 @pytest.fixture(autouse=True)
