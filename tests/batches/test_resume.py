@@ -44,8 +44,8 @@ def outputs(api, batch):
 
 def test_sigkill_of_the_worker_mid_batch_loses_nothing_and_sends_no_recorded_line_again(
         api, celery_worker, tmp_path):
-    n = 300
-    with running(delay=0.04) as stub:
+    n = 300  # 300 lines at 0.08 s and concurrency 4: 6 s, so the kill lands mid-batch on a slow machine
+    with running(delay=0.08) as stub:
         deployment(stub.port)
         f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line(i) for i in range(n)]))),
                              purpose="batch")
@@ -82,8 +82,11 @@ def test_sigkill_of_the_worker_mid_batch_loses_nothing_and_sends_no_recorded_lin
 
 
 def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_resumes(api, celery_worker, tmp_path):
+    # 120 lines at 0.2 s and concurrency 4 take 6 s: the runner records results about once a second, so
+    # the crash lands with most lines still to go even on a slow machine (at 0.03 s the whole batch could
+    # finish before the first flush showed 20 done, and nothing was left to pause).
     n = 120
-    with running(delay=0.03) as stub:
+    with running(delay=0.2) as stub:
         deployment(stub.port)
         f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line(i) for i in range(n)]))),
                              purpose="batch")
