@@ -1,6 +1,7 @@
 """The deployments JSON API: /api/deployments/, /api/runtimes/, /api/launch-profiles/preview.
 Thin: schemas check the input, services write, selectors read."""
 from django.conf import settings
+from django.utils.translation import gettext as _
 from ninja import Query, Status
 
 from dashboard.api import ApiError, ErrorOut, RowId, operator, router
@@ -37,7 +38,7 @@ def deployment_launch(request, body: LaunchRequest = None):
         elif body.profile:
             profile = selectors.profile_get_or_404(body.profile)
         else:
-            raise ApiError("missing", "Give {\"profile\": <id>} or {\"preset\": \"<slug>\"}.")
+            raise ApiError("missing", _("Give {\"profile\": <id>} or {\"preset\": \"<slug>\"}."))
         dep = services.deployment_launch(profile=profile, user=request.user, override=body.override)
     except services.DeploymentError as exc:
         raise ApiError(exc.code, str(exc), 404 if exc.code == "not_found" else 409) from exc
@@ -96,9 +97,9 @@ def profile_preview(request, body: ProfileFields = None):
     if not port:
         try:
             port = pick_free_port(profile.bind_host, exclude=services.ports_promised(profile.host))
-            note = f"port {port} is free now; the launch picks again if it is taken by then"
+            note = _("port %(port)s is free now; the launch picks again if it is taken by then") % {"port": port}
         except Exception:  # no free port now, or the host cannot be bound from here: the launch picks
-            port, note = 8000, "the port is picked at launch"
+            port, note = 8000, _("the port is picked at launch")
     try:
         command = services.command_preview(profile, port=port)
     except InvalidLaunch as exc:
@@ -117,7 +118,8 @@ def runtime_register(request, body: RuntimeRequest = None):
     body = body or RuntimeRequest()
     missing = [k for k in ("name", "engine", "kind") if not getattr(body, k)]
     if missing:
-        raise ApiError("missing", f"Give {', '.join(missing)}.", 400, fields={k: "required" for k in missing})
+        raise ApiError("missing", _("Give %(fields)s.") % {"fields": ", ".join(missing)}, 400,
+                       fields={k: _("required") for k in missing})
     try:
         runtime = services.runtime_register(host=body.host or settings.HOST_NAME, name=body.name,
                                             engine=body.engine, kind=body.kind, path=body.path, image=body.image,
@@ -149,8 +151,8 @@ def runtime_install(request, body: RuntimeInstallRequest = None):
 
     body = body or RuntimeInstallRequest()
     if not body.build:
-        raise ApiError("missing", "Give {\"build\": \"<catalog key>\"} (GET /api/engine-catalog lists them).", 400,
-                       fields={"build": "required"})
+        raise ApiError("missing", _("Give {\"build\": \"<catalog key>\"} (GET /api/engine-catalog lists them)."), 400,
+                       fields={"build": _("required")})
     try:
         row = installs.runtime_install(build_key=body.build, name=body.name, user=request.user)
     except services.DeploymentError as exc:

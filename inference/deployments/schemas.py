@@ -13,6 +13,7 @@ import json
 import shlex
 from typing import Annotated, Optional
 
+from django.utils.translation import gettext, gettext_lazy
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -53,7 +54,7 @@ def _on_off(value) -> str:
     return "on" if value else "off"
 
 
-def form_text(convert, expected: str, json_type: dict):
+def form_text(convert, expected, json_type: dict):
     """A form field's text, or JSON's `expected` value turned into that text."""
 
     def before(value):
@@ -62,21 +63,23 @@ def form_text(convert, expected: str, json_type: dict):
         try:
             return convert(value)
         except (TypeError, ValueError):
-            raise PydanticCustomError("form_value", "give {expected}", {"expected": expected}) from None
+            # Translated here, at validation time: the request's language is active now, not at import.
+            raise PydanticCustomError("form_value", gettext("give %(expected)s") % {"expected": expected}) from None
 
     return Annotated[Optional[Text], BeforeValidator(before),
                      WithJsonSchema({"anyOf": [{"type": "string"}, json_type, {"type": "null"}]})]
 
 
-GpuIndexes = form_text(_gpu_indexes, 'GPU indexes as a list such as [0, 1] or text such as "0,1"',
+GpuIndexes = form_text(_gpu_indexes, gettext_lazy('GPU indexes as a list such as [0, 1] or text such as "0,1"'),
                        {"type": "array", "items": {"type": "integer", "minimum": 0}})
-Arguments = form_text(_arguments, 'arguments as a list such as ["--enforce-eager"] or as text',
+Arguments = form_text(_arguments, gettext_lazy('arguments as a list such as ["--enforce-eager"] or as text'),
                       {"type": "array", "items": {"type": "string"}})
-JsonObject = form_text(_json_object, 'a JSON object such as {"method": "dflash", "model": "…"} or its text',
+JsonObject = form_text(_json_object, gettext_lazy('a JSON object such as {"method": "dflash", "model": "…"} '
+                                                    'or its text'),
                        {"type": "object"})
-Environment = form_text(_environment, 'an object such as {"NAME": "value"} or NAME=value lines',
+Environment = form_text(_environment, gettext_lazy('an object such as {"NAME": "value"} or NAME=value lines'),
                         {"type": "object", "additionalProperties": {"type": "string"}})
-OnOff = form_text(_on_off, 'true, false, "on", "off" or ""', {"type": "boolean"})
+OnOff = form_text(_on_off, gettext_lazy('true, false, "on", "off" or ""'), {"type": "boolean"})
 
 OptionalId = Annotated[Optional[RowId], Blank]
 OptionalInt = Annotated[Optional[Integer], Blank]

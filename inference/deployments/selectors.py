@@ -32,21 +32,21 @@ def profile_list():
 def deployment_get_or_404(deployment_id: int) -> Deployment:
     dep = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
     if dep is None:
-        raise Http404(f"No deployment #{deployment_id}.")
+        raise Http404(gettext("No deployment #%(id)s.") % {"id": deployment_id})
     return dep
 
 
 def runtime_get_or_404(runtime_id: int) -> EngineRuntime:
     runtime = EngineRuntime.objects.filter(pk=runtime_id).first()
     if runtime is None:
-        raise Http404(f"No runtime #{runtime_id}.")
+        raise Http404(gettext("No runtime #%(id)s.") % {"id": runtime_id})
     return runtime
 
 
 def profile_get_or_404(profile_id: int) -> LaunchProfile:
     profile = LaunchProfile.objects.select_related("runtime", "model").filter(pk=profile_id).first()
     if profile is None:
-        raise Http404(f"No launch profile #{profile_id}.")
+        raise Http404(gettext("No launch profile #%(id)s.") % {"id": profile_id})
     return profile
 
 
