@@ -3,6 +3,7 @@
 import json
 
 from django.http import HttpResponse
+from django.utils.translation import gettext as _
 
 
 def error_body(message: str, type_: str, code: str, param=None) -> dict:
@@ -29,5 +30,6 @@ def bad_request(message: str, param=None) -> HttpResponse:
 
 
 def too_large(limit: int) -> HttpResponse:
-    return error_response(413, f"The request body is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE); send a "
-                               f"shorter prompt or raise that setting.", "invalid_request_error", "request_too_large")
+    return error_response(413, _("The request body is larger than %(limit)s bytes (DATA_UPLOAD_MAX_MEMORY_SIZE); "
+                                 "send a shorter prompt or raise that setting.") % {"limit": limit},
+                          "invalid_request_error", "request_too_large")

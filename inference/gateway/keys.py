@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from inference.gateway import ratelimit
 from inference.gateway.resp import Script
@@ -76,11 +77,11 @@ def key_create(*, user, name: str, allowed_models=(), rate_limit: int = 60) -> t
     """Create a key for `user`; returns the row and the secret (never stored)."""
     name = (name or "").strip()
     if not name:
-        raise KeyFormError("Give the key a name, e.g. the tool or person that will use it.")
+        raise KeyFormError(_("Give the key a name, e.g. the tool or person that will use it."))
     if len(name) > 100:
-        raise KeyFormError("The key's name is longer than 100 characters; shorten it.")
+        raise KeyFormError(_("The key's name is longer than %(max)s characters; shorten it.") % {"max": 100})
     if rate_limit is None or int(rate_limit) < 0:
-        raise KeyFormError("The rate limit is requests per minute: 0 (unlimited) or more.")
+        raise KeyFormError(_("The rate limit is requests per minute: 0 (unlimited) or more."))
     models = sorted({m.strip() for m in allowed_models if m and m.strip()})
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(user=user, name=name, prefix=secret[:12], hashed_key=hash_key(secret),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import yarl
+from django.utils.translation import gettext as _
 
 from inference.gateway import errors, usage
 from inference.gateway.clients import upstream
@@ -68,12 +69,12 @@ MAX_INT = 2**63 - 1  # what an engine's integer fields hold (a C int64_t, a data
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise BadBody(f"The number {text} is too large: JSON numbers must be finite.")
+        raise BadBody(_("The number %(number)s is too large: JSON numbers must be finite.") % {"number": text})
     return value
 
 
 def _no_constant(name: str):
-    raise BadBody(f"{name} is not a JSON number: send a finite number (or null).")
+    raise BadBody(_("%(name)s is not a JSON number: send a finite number (or null).") % {"name": name})
 
 
 # One decoder for every request: Infinity, NaN and numbers that overflow to
@@ -95,27 +96,28 @@ def read_body(raw: bytes, path: str) -> dict:
     except BadBody:
         raise
     except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
-        raise BadBody("The request body is not valid JSON.") from None
+        raise BadBody(_("The request body is not valid JSON.")) from None
     if not isinstance(body, dict):
-        raise BadBody("The request body must be a JSON object.")
+        raise BadBody(_("The request body must be a JSON object."))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise BadBody("'model' must be a string: the name of a model (GET /v1/models lists them).", "model")
+        raise BadBody(_("'model' must be a string: the name of a model (GET /v1/models lists them)."), "model")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise BadBody("'stream' must be true or false.", "stream")
+        raise BadBody(_("'stream' must be true or false."), "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise BadBody("'stream_options' must be an object such as {\"include_usage\": true}.", "stream_options")
+        raise BadBody(_("'stream_options' must be an object such as {\"include_usage\": true}."), "stream_options")
     if path == "/v1/chat/completions" and "messages" in body:
         messages = body["messages"]
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise BadBody("'messages' must be a list of message objects such as "
-                          "{\"role\": \"user\", \"content\": \"Hi\"}.", "messages")
+            raise BadBody(_("'messages' must be a list of message objects such as "
+                            "{\"role\": \"user\", \"content\": \"Hi\"}."), "messages")
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if value is not None and (type(value) is not int or not 0 <= value <= MAX_INT):
-            raise BadBody(f"'{name}' must be a whole number of tokens (0 to {MAX_INT}) or null.", name)
+            raise BadBody(_("'%(name)s' must be a whole number of tokens (0 to %(max)s) or null.")
+                          % {"name": name, "max": MAX_INT}, name)
     return body
 
 
@@ -232,8 +234,9 @@ class Relay:
             error = True
             log.warning("gateway: deployment #%s stopped mid-stream: %r", self.target.deployment_id, exc)
             yield errors.error_event(
-                f"The engine serving {self.model!r} (deployment {self.target.name!r}) stopped answering "
-                f"mid-stream; the answer is incomplete. Retry the request.", "upstream_disconnected")
+                _("The engine serving %(model)r (deployment %(deployment)r) stopped answering mid-stream; the answer "
+                  "is incomplete. Retry the request.") % {"model": self.model, "deployment": self.target.name},
+                "upstream_disconnected")
         except asyncio.CancelledError:  # the client went away: the engine's request is closed below
             error = not finished
             raise

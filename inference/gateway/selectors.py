@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from django.db.models import Max, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from dashboard.roles import is_operator
 from inference.models import ApiKey, Deployment, UsageRecord
@@ -28,7 +29,7 @@ def _usage_for(user, since):
 def _label_key(row) -> str:
     if row["key_id"]:
         return f"{row['key__name']} ({row['key__prefix']}…)"
-    return f"playground ({row['user__username'] or 'deleted user'})"
+    return _("playground (%(user)s)") % {"user": row["user__username"] or _("deleted user")}
 
 
 def usage_by_key(user, since: dt.datetime) -> list[dict]:
@@ -47,7 +48,7 @@ def usage_by_key(user, since: dt.datetime) -> list[dict]:
 def _label_deployment(row) -> str:
     if row["deployment_id"]:
         return f"{row['deployment__name']} #{row['deployment_id']}"
-    return f"{row['model_name']} (deployment deleted)"
+    return _("%(model)s (deployment deleted)") % {"model": row["model_name"]}
 
 
 def usage_by_deployment(user, since: dt.datetime) -> list[dict]:
