@@ -48,12 +48,28 @@ def _refused(exc: services.Refused):
     return error_response(exc.status, exc.message, "invalid_request_error", exc.code, param=exc.param)
 
 
+def _no_file(ident: str) -> str:
+    return gettext("No file with id %(id)r.") % {"id": ident}
+
+
 def _not_found(what: str, ident: str):
-    return error_response(404, f"No {what} with id {ident!r}.", "invalid_request_error", f"{what}_not_found")
+    message = _no_file(ident) if what == "file" else gettext("No batch with id %(id)r.") % {"id": ident}
+    return error_response(404, message, "invalid_request_error", f"{what}_not_found")
 
 
 def _method(allowed: str, path: str):
-    return error_response(405, f"{path} takes {allowed}.", "invalid_request_error", "method_not_allowed")
+    """405 naming the methods `path` takes ("GET" or "GET POST")."""
+    methods = allowed.split()
+    if len(methods) == 1:
+        message = gettext("%(path)s takes %(method)s.") % {"path": path, "method": methods[0]}
+    else:
+        message = gettext("%(path)s takes %(first)s or %(second)s.") % {"path": path, "first": methods[0],
+                                                                        "second": methods[1]}
+    return error_response(405, message, "invalid_request_error", "method_not_allowed")
+
+
+def _bad_limit():
+    return bad_request(gettext("limit must be a whole number from 1 to 10000."), "limit")
 
 
 def _json_body(request) -> dict | None:
@@ -108,7 +124,7 @@ async def files(request):
             return refused
         limit = _limit(request)
         if limit is None:
-            return bad_request("limit must be a whole number from 1 to 10000.", "limit")
+            return _bad_limit()
         rows = await _db(selectors.files_for)(caller.user_id, purpose=request.GET.get("purpose") or None,
                                               limit=limit + 1, after=request.GET.get("after") or None)
         data = [schemas.file_object(f) for f in rows[:limit]]
@@ -116,7 +132,7 @@ async def files(request):
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
     if request.method != "POST":
-        return _method("GET or POST", "/v1/files")
+        return _method("GET POST", "/v1/files")
     handler = BatchUploadHandler(request)
     request.upload_handlers = [handler]
     secret = keys.bearer(request)
@@ -130,8 +146,8 @@ async def files(request):
         if refused:
             return refused
         if not multipart:
-            return bad_request("Upload the file as multipart/form-data with the fields 'file' and 'purpose' "
-                               "(the openai client's files.create does).", "file")
+            return bad_request(gettext("Upload the file as multipart/form-data with the fields 'file' and "
+                                       "'purpose' (the openai client's files.create does)."), "file")
         await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
         if not secret:  # a session's CSRF token may be a form field: checked once the form is read
             caller, _, refused = await _caller(request, count=False)
@@ -141,7 +157,7 @@ async def files(request):
             if refused:
                 return refused
         if handler.incoming is None:
-            return bad_request("No file: send it in the multipart field 'file'.", "file")
+            return bad_request(gettext("No file: send it in the multipart field 'file'."), "file")
         purpose = request.POST.get("purpose", "")
         incoming, handler.incoming = handler.incoming, None
         try:
@@ -164,7 +180,7 @@ def _user(user_id):
 @csrf_exempt
 async def file_detail(request, file_id):
     if request.method not in ("GET", "DELETE"):
-        return _method("GET or DELETE", "/v1/files/{id}")
+        return _method("GET DELETE", "/v1/files/{id}")
     caller, _, refused = await _caller(request, count=False)
     if refused:
         return refused
@@ -231,7 +247,7 @@ async def batches(request):
     if request.method == "GET":
         limit = _limit(request)
         if limit is None:
-            return bad_request("limit must be a whole number from 1 to 10000.", "limit")
+            return _bad_limit()
         rows = await _db(selectors.batches_for)(caller.user_id, limit=limit + 1,
                                                 after=request.GET.get("after") or None)
         data = [schemas.batch_object(b) for b in rows[:limit]]
@@ -239,23 +255,22 @@ async def batches(request):
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
     if request.method != "POST":
-        return _method("GET or POST", "/v1/batches")
+        return _method("GET POST", "/v1/batches")
     refused = await _change_refused(caller)
     if refused:
         return refused
     body = _json_body(request)
     if body is None:
-        return bad_request("The request body must be a JSON object.")
+        return bad_request(gettext("The request body must be a JSON object."))
     for name in ("input_file_id", "endpoint"):
         if not isinstance(body.get(name), str):
-            return bad_request(f"'{name}' is required (a string).", name)
+            return bad_request(gettext("'%(name)s' is required (a string).") % {"name": name}, name)
     window = body.get("completion_window", "24h")
 
     def create():
         f = selectors.file_for(caller.user_id, body["input_file_id"])
         if f is None:
-            raise services.Refused(f"No file with id {body['input_file_id']!r}.", "file_not_found",
-                                   "input_file_id", 404)
+            raise services.Refused(_no_file(body["input_file_id"]), "file_not_found", "input_file_id", 404)
         key = ApiKey.objects.filter(pk=caller.key_id).first() if caller.key_id else None
         return services.batch_create(user=caller.user_id, key=key, input_file=f, endpoint=body["endpoint"],
                                      completion_window=window if isinstance(window, str) else "",
