@@ -3,6 +3,7 @@ import shutil
 
 from django.conf import settings
 from django.http import Http404
+from django.utils.translation import gettext
 
 from inference.models import ModelArtifact
 
@@ -40,7 +41,7 @@ def models_to_resume_on(host):
 def model_get_or_404(artifact_id):
     artifact = model_get(artifact_id)
     if artifact is None:
-        raise Http404(f"No model #{artifact_id}.")
+        raise Http404(gettext("No model #%(id)s.") % {"id": artifact_id})
     return artifact
 
 

@@ -76,9 +76,9 @@ class UnsafePathError(HubError):
 
     def __init__(self, path: str, hub: str = ""):
         super().__init__(
-            f"Refusing file path {path!r}: it would be written outside the model's "
-            "folder (absolute path, '..', or a backslash/drive trick). The repository "
-            "listing is not trustworthy; nothing was downloaded.",
+            gettext("Refusing file path %(path)r: it would be written outside the model's folder (absolute path, "
+                    "'..', or a backslash/drive trick). The repository listing is not trustworthy; nothing was "
+                    "downloaded.") % {"path": path},
             hub=hub, code="UnsafePath")
         self.path = path
 
@@ -129,8 +129,8 @@ def check_repo_id(repo_id: str, hub: str) -> str:
     repo_id = (repo_id or "").strip()
     if not _REPO_ID.match(repo_id) or ".." in repo_id:
         raise HubError(
-            f"{repo_id!r} is not a model id. Paste it as owner/name, "
-            "for example Qwen/Qwen3-8B.", hub=hub, code="BadRepoId")
+            gettext("%(repo)r is not a model id. Paste it as owner/name, for example Qwen/Qwen3-8B.")
+            % {"repo": repo_id}, hub=hub, code="BadRepoId")
     return repo_id
 
 

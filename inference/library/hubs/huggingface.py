@@ -64,10 +64,9 @@ class HuggingFaceHub:
                 except ValueError:
                     entries = None
                 if not isinstance(entries, list):
-                    raise HubError(f"{self.endpoint} answered the file listing of "
-                                   f"{repo_id} with something that is not a file list. "
-                                   "Is the endpoint a Hugging Face hub or mirror?",
-                                   hub=HUB, code="BadListing")
+                    raise HubError(_("%(endpoint)s answered the file listing of %(repo)s with something that is "
+                                     "not a file list. Is the endpoint a Hugging Face hub or mirror?")
+                                   % {"endpoint": self.endpoint, "repo": repo_id}, hub=HUB, code="BadListing")
                 for entry in entries:
                     if not isinstance(entry, dict) or entry.get("type") != "file":
                         continue
@@ -86,7 +85,7 @@ class HuggingFaceHub:
         try:
             size = int(lfs.get("size", entry.get("size")))
         except (TypeError, ValueError):
-            raise HubError(f"The listing of {repo_id} gives no size for {path}.",
+            raise HubError(_("The listing of %(repo)s gives no size for %(path)s.") % {"repo": repo_id, "path": path},
                            hub=HUB, code="BadListing")
         return RemoteFile(path=path, size=size,
                           url=self.file_url(repo_id, revision, path),

@@ -57,8 +57,8 @@ class ModelScopeHub:
             raise ms_error(resp, body, repo_id, revision, has_token=bool(self.token))
         entries = (body.get("Data") or {}).get("Files")
         if not isinstance(entries, list):
-            raise HubError(f"{self.endpoint} answered the file listing of {repo_id} "
-                           "without a file list. Is the endpoint a ModelScope hub?",
+            raise HubError(_("%(endpoint)s answered the file listing of %(repo)s without a file list. Is the "
+                             "endpoint a ModelScope hub?") % {"endpoint": self.endpoint, "repo": repo_id},
                            hub=HUB, code="BadListing")
         files = []
         for entry in entries:
@@ -68,7 +68,8 @@ class ModelScopeHub:
             try:
                 size = int(entry.get("Size"))
             except (TypeError, ValueError):
-                raise HubError(f"The listing of {repo_id} gives no size for {path}.",
+                raise HubError(_("The listing of %(repo)s gives no size for %(path)s.") % {"repo": repo_id,
+                                                                                           "path": path},
                                hub=HUB, code="BadListing")
             files.append(RemoteFile(path=path, size=size,
                                     url=self.file_url(repo_id, revision, path),
