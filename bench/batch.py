@@ -8,25 +8,34 @@ model answering would), then, side by side:
    the same N chat requests to the stub (what a hand-written loop does);
 2. kiln: the batch runner (inference/batches/runner.py) on the same N lines,
    in a fresh process with its own SQLite database, as the Celery task runs
-   it: lines claimed, sent through the gateway's relay, results recorded once
-   with fsync, usage counted. Run at 1k and at N lines.
+   it: lines claimed, sent through the gateway's routing and engine pool,
+   results recorded once with fsync, usage counted. Run at 1k and at N lines.
 
-Printed: throughput of each and the ratio (target >= 95%), the stub's peak
-requests in flight (must equal the concurrency: the engine is kept at the set
-concurrency and never above it), the runner process's peak RSS at 1k and N
-lines (flat: it must not grow with N), and how many output lines were on disk
-half-way through the run (the output file is written as lines complete).
+Targets, each printed PASS or FAIL at the end:
+(a) concurrency: the engine is kept at the set concurrency: the stub's peak
+    requests in flight equals it in every kiln run (never above, never short),
+    and its time-averaged number in flight (the stub's in-flight seconds over
+    the run's wall time) is >= 90% of it;
+(b) throughput: the median of the rounds' kiln/plain throughput ratios is >= 95%;
+(c) memory: the runner process's RSS stays flat: its peak while running N
+    lines is within 5% of its peak while running 1k lines (sampled from
+    /proc/self/statm every 0.1 s; the lifetime peak, migrations included, is
+    printed too);
+(d) output as lines complete: at half of the run's wall time, >= 40% of the
+    N lines are in the output file on disk (each round).
 
 Run: python bench/batch.py [--lines 10000] [--concurrency 4] [--delay 0.02] [--rounds 3]
 
-On a shared, busy host the rounds alternate plain and kiln runs and the medians
-count, so load from elsewhere slows both sides alike.
+On a shared, busy host the rounds alternate plain and kiln runs and the median
+ratio counts, so load from elsewhere slows both sides alike; the load average
+is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import statistics
@@ -40,6 +49,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+CONCURRENCY_AVG_MIN = 0.90
+THROUGHPUT_MIN = 0.95
+RSS_GROWTH_MAX = 0.05
+HALF_WAY_MIN = 0.40
+
 
 def line(i: int) -> dict:
     return {"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/chat/completions",
@@ -52,8 +66,27 @@ def stats(port: int, reset: bool = False) -> dict:
         return json.loads(r.read())
 
 
+def in_flight_avg(before: dict, after: dict) -> float:
+    """The engine's time-averaged requests in flight between two reads of its counters (its own clock)."""
+    return (after["busy_s"] - before["busy_s"]) / max(1e-9, after["now"] - before["now"])
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "inference/batches", "inference/gateway", "bench/batch.py",
+                "tests/batches/stub.py")
+    return head + (" (with uncommitted changes to the runner, gateway or bench)" if dirty else "")
+
+
 # ---------------------------------------------------------------- plain asyncio client
-async def plain(port: int, n: int, concurrency: int) -> float:
+async def plain(port: int, n: int, concurrency: int) -> dict:
     import aiohttp
 
     sem = asyncio.Semaphore(concurrency)
@@ -63,10 +96,12 @@ async def plain(port: int, n: int, concurrency: int) -> float:
             async with sem:
                 async with session.post(url, json=line(i)["body"]) as r:
                     await r.read()
+        before = stats(port)
         start, cpu0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(i) for i in range(n)))
-        plain.cpu_ms_per_line = 1000 * (time.process_time() - cpu0) / n
-        return time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+        after = stats(port)
+    return {"wall": wall, "cpu_ms_per_line": 1000 * cpu / n, "in_flight_avg": in_flight_avg(before, after)}
 
 
 # ---------------------------------------------------------------- the kiln runner, in its own process
@@ -102,33 +137,48 @@ def kiln_child(port: int, n: int, concurrency: int) -> None:
     services.prepare_lines(Batch.objects.get(pk=batch.pk))
     batch = Batch.objects.select_related("input_file", "output_file", "error_file").get(pk=batch.pk)
     services.recover(batch)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    samples = []
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    rss_start = rss()
+    samples = []  # (time, output bytes on disk); lines counted after the run, off the clock
+    rss_peak = [rss_start]
     stop = threading.Event()
 
-    def watch():  # bytes on disk while the run goes on (lines counted after the run, off the clock)
-        while not stop.wait(0.5):
-            samples.append((time.perf_counter(), os.path.getsize(batch.output_file.path)))
+    def watch():
+        tick = 0
+        while not stop.wait(0.1):
+            rss_peak[0] = max(rss_peak[0], rss())
+            tick += 1
+            if tick % 2 == 0:
+                samples.append((time.perf_counter(), os.path.getsize(batch.output_file.path)))
 
     watcher = threading.Thread(target=watch, daemon=True)
+    before = stats(port)
     cpu0 = time.process_time()
     start = time.perf_counter()
     watcher.start()
     asyncio.run(Runner(batch).run())
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu0
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the output back below
+    after = stats(port)
     stop.set()
     watcher.join()
+    rss_peak[0] = max(rss_peak[0], rss())
+    lifetime_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the output back below
     services.finish(batch.pk)
     batch.refresh_from_db()
     with open(batch.output_file.path, "rb") as out:
         done = out.read()
     mid = [done[:size].count(b"\n") for t, size in samples if t - start >= wall / 2]
     print("RESULT " + json.dumps({
-        "wall": wall, "cpu_ms_per_line": 1000 * cpu / n, "completed": batch.completed, "failed": batch.failed, "status": batch.status,
-        "rss_before_run_mb": rss_before / 1024, "peak_rss_mb": peak_rss / 1024,
-        "lines_on_disk_half_way": mid[0] if mid else None,
+        "wall": wall, "cpu_ms_per_line": 1000 * cpu / n, "completed": batch.completed, "failed": batch.failed,
+        "status": batch.status, "in_flight_avg": in_flight_avg(before, after),
+        "rss_start_mb": rss_start / 2**20, "rss_run_peak_mb": rss_peak[0] / 2**20,
+        "rss_lifetime_peak_mb": lifetime_peak / 1024, "lines_on_disk_half_way": mid[0] if mid else None,
     }), flush=True)
 
 
@@ -145,57 +195,112 @@ def kiln(port: int, n: int, concurrency: int) -> dict:
     raise SystemExit(f"the runner process failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kiln_child(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lines", type=int, default=10_000)
+    ap.add_argument("--small", type=int, default=1000, help="lines of the run that memory at --lines is compared to")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--delay", type=float, default=0.02, help="seconds the stub takes per request")
     ap.add_argument("--rounds", type=int, default=3, help="alternating plain/kiln rounds; medians count")
     args = ap.parse_args()
+    print(f"bench/batch.py on {dt.datetime.now().astimezone().isoformat(timespec='seconds')}, commit {commit()}, "
+          f"{os.cpu_count()} CPUs, load average {load()} (1, 5, 15 min) before the run", flush=True)
     stub = subprocess.Popen([sys.executable, "-m", "tests.batches.stub", str(args.delay)], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         port = int(stub.stdout.readline().split()[1])
-        n, c = args.lines, args.concurrency
+        n, c, small_n = args.lines, args.concurrency, args.small
         ideal = c / args.delay
-        print(f"stub engine: {args.delay * 1000:.0f} ms per request; concurrency {c} (ideal {ideal:.0f} req/s)")
+        print(f"stub engine: {args.delay * 1000:.0f} ms per request; concurrency {c} (ideal {ideal:.0f} req/s); "
+              f"{args.rounds} rounds of plain {n} then kiln {n}, after one kiln run of {small_n}", flush=True)
         stats(port, reset=True)
-        small = kiln(port, 1000, c)  # peak RSS at 1k lines
-        stats(port, reset=True)
-        plain_walls, kiln_runs, peaks = [], [], []
+        small = kiln(port, small_n, c)
+        s = stats(port, reset=True)
+        assert small["completed"] == small_n and s["requests"] == small_n, (small, s)
+        small["peak"] = s["peak"]
+        print(f"kiln {small_n}: {small_n / small['wall']:.1f} req/s, engine peak in flight {small['peak']}, "
+              f"average {small['in_flight_avg']:.2f}; RSS {small['rss_start_mb']:.1f} MB at the start of the run, "
+              f"peak {small['rss_run_peak_mb']:.1f} MB while running", flush=True)
+        plains, kilns = [], []
         for round_ in range(args.rounds):  # alternating, so a busy neighbour slows both sides alike
-            plain_walls.append(asyncio.run(plain(port, n, c)))
-            plain_peak = stats(port, reset=True)["peak"]
+            p = asyncio.run(plain(port, n, c))
+            s = stats(port, reset=True)
+            assert s["requests"] == n, s
+            p["peak"] = s["peak"]
             r = kiln(port, n, c)
             s = stats(port, reset=True)
-            assert r["completed"] == n and s["requests"] == n, (r, s)
-            kiln_runs.append(r)
-            peaks.append((plain_peak, s["peak"]))
-            print(f"round {round_ + 1}: plain {n / plain_walls[-1]:.1f} req/s ({plain.cpu_ms_per_line:.2f} ms CPU per "
-                  f"line), kiln {n / r['wall']:.1f} req/s ({r['cpu_ms_per_line']:.2f} ms CPU per line) "
-                  f"= {100 * plain_walls[-1] / r['wall']:.1f}%, engine peak in flight {plain_peak} / {s['peak']}",
-                  flush=True)
-        p_wall = statistics.median(plain_walls)
-        k_wall = statistics.median(r["wall"] for r in kiln_runs)
-        big = max(kiln_runs, key=lambda r: r["peak_rss_mb"])
-        print(f"\n{'client':26} {'lines':>6} {'wall s':>7} {'req/s':>7} {'vs plain':>8} {'engine peak':>11} "
-              f"{'peak RSS MB':>11} {'on disk half-way':>16}")
+            assert r["completed"] == n and r["failed"] == 0 and s["requests"] == n, (r, s)
+            r["peak"] = s["peak"]
+            r["ratio"] = p["wall"] / r["wall"]
+            plains.append(p)
+            kilns.append(r)
+            print(f"round {round_ + 1}: plain {n / p['wall']:.1f} req/s ({p['cpu_ms_per_line']:.2f} ms CPU per "
+                  f"line, in flight peak {p['peak']} avg {p['in_flight_avg']:.2f}), kiln {n / r['wall']:.1f} req/s "
+                  f"({r['cpu_ms_per_line']:.2f} ms CPU per line, in flight peak {r['peak']} avg "
+                  f"{r['in_flight_avg']:.2f}) = {100 * r['ratio']:.1f}%; kiln RSS peak {r['rss_run_peak_mb']:.1f} MB, "
+                  f"{r['lines_on_disk_half_way']}/{n} lines on disk half-way; load {load()}", flush=True)
+        p_wall = statistics.median(p["wall"] for p in plains)
+        k_wall = statistics.median(r["wall"] for r in kilns)
+        ratios = [r["ratio"] for r in kilns]
+        ratio = statistics.median(ratios)
+        rounds_text = ", ".join(f"{100 * x:.1f}%" for x in ratios)
+        avg = statistics.median(r["in_flight_avg"] for r in kilns)
+        p_avg = statistics.median(p["in_flight_avg"] for p in plains)
+        peaks = sorted({r["peak"] for r in kilns} | {small["peak"]})
+        rss_big = max(r["rss_run_peak_mb"] for r in kilns)
+        growth = rss_big / small["rss_run_peak_mb"] - 1
+        halves = [r["lines_on_disk_half_way"] or 0 for r in kilns]
+
+        print(f"\n{'client':26} {'lines':>6} {'wall s':>7} {'req/s':>7} {'vs plain':>8} {'in flight':>10} "
+              f"{'avg':>5} {'RSS MB':>7} {'on disk half-way':>16}")
         print(f"{'plain asyncio (aiohttp)':26} {n:>6} {p_wall:>7.1f} {n / p_wall:>7.1f} {'100%':>8} "
-              f"{max(p for p, _ in peaks):>11} {'-':>11} {'-':>16}")
-        print(f"{'kiln batch runner':26} {1000:>6} {small['wall']:>7.1f} {1000 / small['wall']:>7.1f} {'':>8} "
-              f"{'':>11} {small['peak_rss_mb']:>11.0f} {str(small['lines_on_disk_half_way']) + '/1000':>16}")
-        print(f"{'kiln batch runner':26} {n:>6} {k_wall:>7.1f} {n / k_wall:>7.1f} {100 * p_wall / k_wall:>7.1f}% "
-              f"{max(k for _, k in peaks):>11} {big['peak_rss_mb']:>11.0f} "
-              f"{str(kiln_runs[-1]['lines_on_disk_half_way']) + '/' + str(n):>16}")
-        ratio = p_wall / k_wall
-        print(f"\nmedian of {args.rounds} rounds: kiln at {n} lines reaches {100 * ratio:.1f}% of the plain client's "
-              f"throughput ({'meets' if ratio >= 0.95 else 'BELOW'} the 95% target); engine peak in flight "
-              f"{max(k for _, k in peaks)} of {c}; runner peak RSS {small['peak_rss_mb']:.0f} MB at 1000 lines, "
-              f"{big['peak_rss_mb']:.0f} MB at {n} lines (before the run: {small['rss_before_run_mb']:.0f} and "
-              f"{big['rss_before_run_mb']:.0f} MB, after writing the lines' rows)")
+              f"{max(p['peak'] for p in plains):>10} {p_avg:>5.2f} {'-':>7} {'-':>16}")
+        print(f"{'kiln batch runner':26} {small_n:>6} {small['wall']:>7.1f} {small_n / small['wall']:>7.1f} "
+              f"{'':>8} {small['peak']:>10} {small['in_flight_avg']:>5.2f} {small['rss_run_peak_mb']:>7.1f} "
+              f"{str(small['lines_on_disk_half_way']) + '/' + str(small_n):>16}")
+        print(f"{'kiln batch runner':26} {n:>6} {k_wall:>7.1f} {n / k_wall:>7.1f} {100 * ratio:>7.1f}% "
+              f"{max(r['peak'] for r in kilns):>10} {avg:>5.2f} {rss_big:>7.1f} "
+              f"{str(min(halves)) + '/' + str(n):>16}")
+        print("(wall and req/s: medians of the rounds; vs plain: median of the rounds' ratios; in flight: the "
+              "engine's peak; avg: its time average; RSS: the runner's peak while running; on disk: the fewest "
+              "of the rounds)")
+        print(f"runner RSS: {small['rss_start_mb']:.1f} -> {small['rss_run_peak_mb']:.1f} MB running {small_n} "
+              f"lines, {max(r['rss_start_mb'] for r in kilns):.1f} -> {rss_big:.1f} MB running {n}; lifetime peak "
+              f"(ru_maxrss, migrations and writing the lines' rows included) {small['rss_lifetime_peak_mb']:.1f} "
+              f"and {max(r['rss_lifetime_peak_mb'] for r in kilns):.1f} MB")
+        print(f"load average after the run: {load()}")
+
+        results = [
+            ("(a) concurrency",
+             peaks == [c] and avg >= CONCURRENCY_AVG_MIN * c,
+             f"engine peak in flight {'/'.join(map(str, peaks))} (must be {c} in every kiln run); time-averaged "
+             f"{avg:.2f} of {c} = {100 * avg / c:.1f}% (target >= {100 * CONCURRENCY_AVG_MIN:.0f}%; plain client "
+             f"{p_avg:.2f})"),
+            ("(b) throughput",
+             ratio >= THROUGHPUT_MIN,
+             f"kiln {n / k_wall:.1f} req/s vs plain {n / p_wall:.1f} req/s: {100 * ratio:.1f}% (median of "
+             f"{args.rounds} rounds: {rounds_text}; target >= "
+             f"{100 * THROUGHPUT_MIN:.0f}%)"),
+            ("(c) memory flat",
+             growth <= RSS_GROWTH_MAX,
+             f"runner peak RSS {small['rss_run_peak_mb']:.1f} MB at {small_n} lines, {rss_big:.1f} MB at {n} lines: "
+             f"{100 * growth:+.1f}% (target <= +{100 * RSS_GROWTH_MAX:.0f}%)"),
+            ("(d) output as lines complete",
+             min(halves) >= HALF_WAY_MIN * n,
+             f"lines on disk at half the wall time: {', '.join(str(h) + '/' + str(n) for h in halves)} (target >= "
+             f"{100 * HALF_WAY_MIN:.0f}% in every round)"),
+        ]
+        print()
+        for name, ok, detail in results:
+            print(f"{verdict(ok)}  {name}: {detail}")
+        print(f"overall: {verdict(all(ok for _, ok, _ in results))}")
     finally:
         stub.terminate()
         stub.wait(5)

@@ -3,9 +3,12 @@
 Raw asyncio HTTP/1.1 with keep-alive on 127.0.0.1. Answers
 /v1/chat/completions, /v1/completions and /v1/embeddings whole (no
 streaming) after `delay` seconds; counts every request per prompt text
-(`seen`), the requests in flight and their peak (`peak`), so a test can prove
-that no line was sent twice and that the batch kept to its concurrency.
-A prompt containing "flaky-N" is answered 503 the first N times.
+(`seen`), the requests in flight, their peak (`peak`) and their time integral
+(`busy`, in-flight seconds: busy / wall is the average number in flight), so a
+test can prove that no line was sent twice and that the batch kept to its
+concurrency. Markers in a prompt, each for its first N requests:
+"flaky-N" is answered 503; "slow-N" is answered after `slow` seconds (past a
+client's timeout); "drop-N" has its connection closed with no answer.
 Run standalone: `python -m tests.batches.stub [delay]` prints `PORT <n>`.
 """
 
@@ -17,16 +20,20 @@ import contextlib
 import json
 import sys
 import threading
+import time
 
 
 class CountingStub:
-    def __init__(self, delay: float = 0.0, model: str = "stub"):
+    def __init__(self, delay: float = 0.0, model: str = "stub", slow: float = 5.0):
         self.delay = delay
         self.model = model
+        self.slow = slow
         self.seen: collections.Counter = collections.Counter()
         self.requests = 0
         self.in_flight = 0
         self.peak = 0
+        self.busy = 0.0  # in-flight seconds since start (never reset: readers take differences)
+        self._since = time.monotonic()
         self.port = 0
         self._server = None
         self._writers: set = set()
@@ -70,6 +77,9 @@ class CountingStub:
                         length = int(line.split(":", 1)[1])
                 raw = await reader.readexactly(length) if length else b""
                 status, body = await self._answer(method, path, raw)
+                if status is None:  # "drop-N": the connection ends with no answer
+                    writer.transport.abort()
+                    return
                 writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                              % (status, len(body)) + body)
                 await writer.drain()
@@ -82,7 +92,9 @@ class CountingStub:
 
     async def _answer(self, method, path, raw):
         if method == "GET" and path.startswith("/stats"):  # bench/batch.py reads (and resets) the counters
-            stats = {"requests": self.requests, "peak": self.peak, "in_flight": self.in_flight}
+            self._tick()
+            stats = {"requests": self.requests, "peak": self.peak, "in_flight": self.in_flight,
+                     "busy_s": self.busy, "now": self._since}
             if "reset" in path:
                 self.requests = self.peak = 0
                 self.seen.clear()
@@ -96,17 +108,21 @@ class CountingStub:
             prompt = str(body.get("prompt", body.get("input", "")))
         self.requests += 1
         self.seen[prompt] += 1
+        if self._marked(prompt, "drop-"):
+            return None, b""
+        self._tick()
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
             if self.delay:
                 await asyncio.sleep(self.delay)
+            if self._marked(prompt, "slow-"):
+                await asyncio.sleep(self.slow)
         finally:
+            self._tick()
             self.in_flight -= 1
-        if "flaky-" in prompt:
-            fails = int(prompt.split("flaky-", 1)[1].split()[0])
-            if self.seen[prompt] <= fails:
-                return 503, b'{"error":{"message":"busy, try later"}}'
+        if self._marked(prompt, "flaky-"):
+            return 503, b'{"error":{"message":"busy, try later"}}'
         words = len(prompt.split())
         usage = {"prompt_tokens": words, "completion_tokens": 3, "total_tokens": words + 3}
         if path.endswith("/embeddings"):
@@ -114,17 +130,30 @@ class CountingStub:
                                     "embedding": [0.1, 0.2]}], "model": body.get("model"),
                                     "usage": {"prompt_tokens": words, "total_tokens": words}}).encode()
         if path.endswith("/chat/completions"):
+            kind = "chat.completion"
             choice = {"index": 0, "message": {"role": "assistant", "content": "echo: " + prompt[:40]},
                       "finish_reason": "stop"}
         else:
+            kind = "text_completion"
             choice = {"index": 0, "text": "echo: " + prompt[:40], "finish_reason": "stop"}
-        return 200, json.dumps({"id": "cmpl-stub", "object": "chat.completion", "model": body.get("model"),
+        return 200, json.dumps({"id": "cmpl-stub", "object": kind, "model": body.get("model"),
                                 "choices": [choice], "usage": usage}).encode()
+
+    def _marked(self, prompt: str, marker: str) -> bool:
+        """The prompt carries `marker`N and this is one of its first N requests."""
+        if marker not in prompt:
+            return False
+        return self.seen[prompt] <= int(prompt.split(marker, 1)[1].split()[0])
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self.busy += self.in_flight * (now - self._since)
+        self._since = now
 
 
 @contextlib.contextmanager
-def running(delay: float = 0.0, model: str = "stub"):
-    stub = CountingStub(delay, model)
+def running(delay: float = 0.0, model: str = "stub", slow: float = 5.0):
+    stub = CountingStub(delay, model, slow)
     loop = asyncio.new_event_loop()
     started = threading.Event()
 
