@@ -42,7 +42,7 @@ MAX_INT = 2**63 - 1
 
 def _no_nul(value: str) -> str:
     if "\x00" in value:
-        raise ValueError("must not contain a NUL character (\\x00)")
+        raise ValueError(_("must not contain a NUL character (\\x00)"))
     return value
 
 
@@ -222,7 +222,7 @@ def _field(loc) -> str:
 def _invalid(request, exc):
     fields: dict[str, str] = {}
     for error in exc.errors:
-        fields.setdefault(_field(error.get("loc", ())), error.get("msg", "is not valid"))
+        fields.setdefault(_field(error.get("loc", ())), error.get("msg", _("is not valid")))
     message = "; ".join(f"{name}: {msg}" for name, msg in fields.items()) or _("The request is not valid.")
     return json_error("invalid", message, 400, fields=fields)
 

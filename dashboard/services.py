@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from dashboard import jobs
 from dashboard.models import Account, Job
@@ -109,7 +110,8 @@ def redis_check(url=None):
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
     except redis.RedisError as exc:
-        return f"Redis at {url} is not reachable ({exc}). Start Redis, or unset REDIS_URL to use the embedded one."
+        return _("Redis at %(url)s is not reachable (%(error)s). Start Redis, or unset REDIS_URL to use the embedded "
+                 "one.") % {"url": url, "error": exc}
     return None
 
 

@@ -1,6 +1,7 @@
 from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from monitoring import history, selectors
@@ -41,8 +42,8 @@ def monitoring_history_csv(request):
     """GPU (kind=gpu, default) or deployment (kind=engine) history as CSV, same range rules as the page."""
     kind = request.GET.get("kind", "gpu")
     if kind not in ("gpu", "engine"):
-        return JsonResponse({"error": {"code": "bad_kind", "message":
-                                       f"kind={kind!r} is not known: use kind=gpu or kind=engine."}}, status=400)
+        message = _("kind=%(kind)r is not known: use kind=gpu or kind=engine.") % {"kind": kind}
+        return JsonResponse({"error": {"code": "bad_kind", "message": message}}, status=400)
     try:
         window = selectors.history_window(request.GET)
     except selectors.BadRange as exc:
