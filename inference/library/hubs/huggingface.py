@@ -51,7 +51,7 @@ class HuggingFaceHub:
         params: dict | None = {"recursive": "true"}
         files: list[RemoteFile] = []
         with httpx.Client(timeout=self.timeout, follow_redirects=True) as client:
-            for _ in range(MAX_PAGES):
+            for _page in range(MAX_PAGES):
                 if url is None:
                     break
                 resp = get_with_retries(client, url, headers=self.auth_headers(),
