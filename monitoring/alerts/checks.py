@@ -138,12 +138,12 @@ def check_disk(host: str, folders: dict[str, Path] | None = None, *, free_gb: fl
         key = f"disk:{host}:{name}"
         if free < free_gb:
             raise_event("disk_low", host=host, key=key, link=reverse("models"),
-                        subject=_("Only %(free).1f GB free in the %(name)s folder on %(host)s (%(path)s)") % {
+                        subject=_("Only %(free).1f GiB free in the %(name)s folder on %(host)s (%(path)s)") % {
                             "free": free, "name": name, "host": host, "path": folder},
                         details={"path": str(folder), "free_gb": round(free, 1), "threshold_gb": free_gb})
         else:
             raise_event("disk_low", resolved=True, host=host, key=key,
-                        subject=_("Free space in the %(name)s folder on %(host)s is back to %(free).1f GB") % {
+                        subject=_("Free space in the %(name)s folder on %(host)s is back to %(free).1f GiB") % {
                             "name": name, "host": host, "free": free})
 
 
