@@ -8,7 +8,8 @@ The arithmetic, per GPU:
     budget   = ceil(total memory x gpu_memory_utilization)  (vLLM; SGLang without the ceil)
              = total memory - CUDA context                  (llama.cpp)
     weights  = sum of the weight files / tensor-parallel size  (or an estimate; a text-only
-               launch of a multimodal checkpoint leaves the vision tower out)
+               launch of a multimodal checkpoint leaves the vision tower out; with fewer KV
+               heads than GPUs each GPU keeps a whole head's K and V projections)
     overhead = activation peak + non-torch memory (+ CUDA graphs where vLLM counts them)
     KV cache = budget - weights - overhead                   (vLLM takes all of it)
 
@@ -166,6 +167,18 @@ CUDA_CONTEXT_BYTES = int(0.5 * GiB)
 LLAMACPP_UBATCH = 512
 
 
+def _replicated_kv_weight_bytes(shape: ModelShape, tp: int) -> int:
+    """What one GPU holds beyond 1/tp of the weights when there are fewer KV heads than GPUs:
+    vLLM's QKVParallelLinear gives every rank one whole KV head (tp // KV heads copies of each),
+    so a rank keeps 1/KV heads of the K and V projections, not 1/tp of them."""
+    kv = shape.num_kv_heads
+    if tp <= kv or not kv or shape.mla_latent_dim:
+        return 0
+    per_param = shape.weight_format.bytes_per_param if shape.weight_format else dtype_bytes(shape.torch_dtype)
+    kv_proj = shape.attention_layers * shape.hidden_size * kv * (shape.head_dim + shape.v_head_dim) * per_param
+    return int(kv_proj / kv - kv_proj / tp)
+
+
 def _llamacpp_slot_context(s: LaunchSettings, shape: ModelShape) -> int:
     """llama-server splits --ctx-size (Kiln's max_model_len) evenly over its --parallel slots."""
     total = int(s.max_model_len or shape.max_position_embeddings or 4096)
@@ -261,6 +274,12 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     if shape.num_attention_heads % tp:
         errors.append(f"{shape.num_attention_heads} attention heads do not split over "
                       f"tensor_parallel_size {tp}")
+    kv_heads = shape.num_kv_heads
+    if (s.engine != "llamacpp" and kv_heads and not shape.mla_latent_dim and tp > 1
+            and kv_heads % tp and tp % kv_heads):
+        # vLLM's QKVParallelLinear splits the KV heads over the GPUs or copies them evenly onto them
+        errors.append(f"{kv_heads} KV heads neither split over nor copy evenly onto "
+                      f"tensor_parallel_size {tp}")
 
     max_len = int(s.max_model_len or shape.max_position_embeddings or 4096)
     if shape.max_position_embeddings and max_len > int(shape.max_position_embeddings):
@@ -296,7 +315,7 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
                 util = max(0.05, math.floor((free_at_start / g.total_memory_bytes) * 100) / 100)
                 suggestions.append(f"--gpu-memory-utilization {util:.2f} (other processes hold "
                                    f"{g.used_bytes / GiB:.1f} GiB on {g.name})")
-        w = weights // tp
+        w = weights // tp + (_replicated_kv_weight_bytes(shape, tp) if s.engine != "llamacpp" else 0)
         part = parts.get(id(g))
         g_overhead = part.subtracted if part else overhead
         kv_room = budget - w - g_overhead

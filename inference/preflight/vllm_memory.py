@@ -20,6 +20,11 @@ then pages that memory (vllm/v1/core/kv_cache_utils.py):
 
 For a hybrid (attention + mamba/Gated DeltaNet) the block size grows until one attention page holds a
 whole mamba state ("Setting attention block size to N tokens"), and the mamba page is padded to match.
+
+With tensor parallel every rank does all of this on its own GPU (its own requested memory, its own
+profile); a rank's attention layers hold max(1, KV heads // tp) heads (ModelConfig.get_num_kv_heads) and
+its mamba state 1/tp of the channels and heads; then every rank is given the smallest num_blocks of them
+all (get_kv_cache_configs), and the figures vLLM logs are one rank's.
 """
 from __future__ import annotations
 
@@ -165,6 +170,7 @@ class Overhead:
 SAMPLER_BYTES_PER_LOGIT = 8          # bf16 logits + their fp32 copy + the sampler's working copies
 GDN_FP32_COPIES = 6                  # Gated DeltaNet prefill kernels keep ~6 fp32 tensors of v_heads x head dims
 NON_TORCH_BYTES = int(0.23 * GiB)    # cuBLAS workspaces and the like (0.22-0.25 GiB measured)
+TP_NON_TORCH_BYTES = int(0.35 * GiB)  # NCCL's buffers on each rank with tensor parallel (not measured yet)
 CUDAGRAPH_BASE = int(0.9 * GiB)      # 51 PIECEWISE + 51 FULL graphs up to 512 tokens (the 0.26 default)
 CUDAGRAPH_PER_LAYER = 4 * MiB
 QWEN_VL_IMAGE_TOKENS = 16384         # Qwen-VL image processors' default max pixels (16384 x 32 x 32) per image
@@ -206,7 +212,9 @@ def estimate_overhead(shape, *, tensor_parallel_size: int = 1, max_num_batched_t
     tp = max(1, int(tensor_parallel_size))
     tokens = int(max_num_batched_tokens)
     forward = tokens * forward_bytes_per_token(shape, tp)
-    sampler = int(max_num_seqs) * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT // tp
+    # not split over the ranks: the LM head is, but its logits are all-gathered before sampling
+    # (LogitsProcessor._gather_logits; Platform.use_all_gather() is True), so every rank samples all of them
+    sampler = int(max_num_seqs) * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT
     activation = max(forward, sampler)
     if with_vision:
         vision = getattr(shape, "vision", None) or {}
@@ -214,6 +222,11 @@ def estimate_overhead(shape, *, tensor_parallel_size: int = 1, max_num_batched_t
         # the encoder's output for one budget of tokens (two copies: the cache and the merged
         # embeddings) and the language model's input embeddings
         activation += 2 * budget * shape.hidden_size * 2 + tokens * shape.hidden_size * 2
-    non_torch = NON_TORCH_BYTES + (int(0.35 * GiB) if tp > 1 else 0)
+    # Tensor parallel: the communicators' own buffers (NCCL, custom all-reduce, symmetric memory) are made
+    # in init_worker_distributed_environment, before the snapshot the profile is measured from, so they
+    # are outside this figure (and outside the KV cache's arithmetic). What can grow into it: NCCL channels
+    # first connected by the profile's large all-reduces and all-gathers, and FlashInfer's all-reduce fusion
+    # workspace where FlashInfer is installed. TP_NON_TORCH_BYTES is a guess no real multi-GPU start has checked.
+    non_torch = NON_TORCH_BYTES + (TP_NON_TORCH_BYTES if tp > 1 else 0)
     graphs = 0 if enforce_eager else CUDAGRAPH_BASE + shape.num_layers * CUDAGRAPH_PER_LAYER
     return Overhead(activation, non_torch, graphs, counted=graphs_counted)
