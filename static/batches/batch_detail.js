@@ -5,6 +5,8 @@
   if (!card) return;
   const bar = document.getElementById("batch-bar");
   const set = (id, text) => { const el = document.getElementById(id); if (el) el.textContent = text; };
+  // Counts in the page's language (12,345), as the server-rendered page writes them.
+  const num = (n, digits = 0) => Number(n).toLocaleString(document.documentElement.lang, { maximumFractionDigits: digits });
   const STATUS = {
     validating: gettext("validating"), in_progress: gettext("in progress"), paused: gettext("paused"),
     finalizing: gettext("finalizing"), completed: gettext("completed"), failed: gettext("failed"),
@@ -16,12 +18,12 @@
   function update(p) {
       bar.style.width = p.percent + "%";
       set("batch-status", STATUS[p.status] || p.status);
-      set("batch-done", p.completed);
-      set("batch-failed", p.failed);
-      set("batch-remaining", p.remaining);
-      set("batch-tokens", p.prompt_tokens + " + " + p.completion_tokens);
-      set("batch-rate", p.rate ? interpolate(gettext("%s/s"), [p.rate]) : "—");
-      set("batch-eta", p.eta_s !== null && p.eta_s !== undefined ? interpolate(gettext("%s s"), [p.eta_s]) : "—");
+      set("batch-done", num(p.completed));
+      set("batch-failed", num(p.failed));
+      set("batch-remaining", num(p.remaining));
+      set("batch-tokens", num(p.prompt_tokens) + " + " + num(p.completion_tokens));
+      set("batch-rate", p.rate ? interpolate(gettext("%s/s"), [num(p.rate, 2)]) : "—");
+      set("batch-eta", p.eta_s !== null && p.eta_s !== undefined ? interpolate(gettext("%s s"), [num(p.eta_s)]) : "—");
       const reason = document.getElementById("batch-reason");
       reason.textContent = p.reason || "";
       reason.hidden = !p.reason;
