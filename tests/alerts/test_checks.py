@@ -28,6 +28,19 @@ def test_disk_low_opens_and_clears(tmp_path):
     assert kinds() == [("disk_low", False), ("disk_low", True)]
 
 
+def test_the_disk_low_alert_counts_free_space_in_gib_and_says_so(tmp_path, monkeypatch):
+    """free / 1024**3 is GiB: the subject says GiB (it said GB), opening and clearing."""
+    free = 5 * 1024**3 + 512 * 1024**2  # 5.5 GiB (5.9 GB)
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda folder: SimpleNamespace(total=free * 2, used=free, free=free))
+    checks.check_disk("gpu1", {"models": tmp_path}, free_gb=10)
+    opened = AlertEvent.objects.get()
+    assert "Only 5.5 GiB free in the models folder on gpu1" in opened.subject, opened.subject
+    assert " GB" not in opened.subject and opened.details["free_gb"] == 5.5
+    checks.check_disk("gpu1", {"models": tmp_path}, free_gb=1)
+    cleared = AlertEvent.objects.filter(resolved=True).get()
+    assert cleared.subject.endswith("is back to 5.5 GiB") and " GB" not in cleared.subject, cleared.subject
+
+
 def test_no_worker_for_the_host_queue_then_one(redis_clean):
     checks.check_worker("gpu9", workers_fn=lambda q: [])
     e = AlertEvent.objects.get()
