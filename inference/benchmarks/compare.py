@@ -292,10 +292,37 @@ def _is_number(text: str) -> bool:
         return False
 
 
+# Where an engine listens and the key it asks for: not what it is. The panel
+# picks a free port per launch, so two launches of one profile differ here and
+# nowhere else; an API key is a secret, not a setting that changes speed.
+ADDRESS_FLAGS = ("--port", "--host", "--api-key", "--api-key-file")
+
+
+def configuration_argv(argv: list[str]) -> list[str]:
+    """The command line without ADDRESS_FLAGS and their values: what makes two
+    launches the same configuration (order and repeated flags kept)."""
+    out: list[str] = []
+    argv = list(argv or [])
+    i = 0
+    while i < len(argv):
+        item = argv[i]
+        if item in ADDRESS_FLAGS:
+            has_value = i + 1 < len(argv) and not (argv[i + 1].startswith("-") and not _is_number(argv[i + 1]))
+            i += 2 if has_value else 1
+            continue
+        if item.split("=", 1)[0] in ADDRESS_FLAGS and "=" in item:
+            i += 1
+            continue
+        out.append(item)
+        i += 1
+    return out
+
+
 def diff_launch_args(argvs: list[list[str]]) -> dict[str, list[str | bool | None]]:
     """{flag: [value per run]} for flags that differ; a bare switch is True,
-    a flag a run does not pass is None."""
-    parsed = [parse_argv(list(a or [])) for a in argvs]
+    a flag a run does not pass is None. The address flags (port, host, API
+    key) are left out: they differ between launches of one configuration."""
+    parsed = [parse_argv(configuration_argv(a)) for a in argvs]
     names = sorted({name for p in parsed for name in p})
     diff = {}
     for name in names:

@@ -635,7 +635,9 @@ def pooled_verdict(runs: list[BenchmarkRun], baseline: int = 0) -> dict:
     keys, groups = [], []
     for r in runs:
         w = workload_of(r)
-        key = json.dumps([r.snapshot.get("argv") or [f"run {r.pk}"], {k: w[k] for k in
+        # Launched on another port (or host, or with another key) is still the same configuration.
+        argv = compare_mod.configuration_argv(r.snapshot.get("argv") or [])
+        key = json.dumps([argv or [f"run {r.pk}"], {k: w[k] for k in
                           ("scenario", "concurrency", "prompt_tokens", "output_tokens", "engine", "gpu", "model")}],
                          sort_keys=True, default=str)
         if key not in keys:

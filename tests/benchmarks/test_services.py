@@ -274,7 +274,9 @@ def test_compare_two_runs_ratios_argument_diff_and_roofline(client, viewer, db):
     assert {r["metric"]: r for r in flipped["table"]["rows"]}["output_throughput"]["ratios"][0] == pytest.approx(2 / 3)
 
     page = client.get(f"/benchmarks/compare?ids={base.pk},{other.pk}").content.decode()
-    assert "--max-num-seqs" in page and "×1.50" in page and 'class="better"' not in page and "chart-roofline" in page
+    assert "--max-num-seqs" in page and "chart-roofline" in page
+    # The ratio is shown in the colour of "no interval", not of a verdict the single runs cannot give.
+    assert '<span class="unknown">×1.50</span>' in page
     text = " ".join(page.split())
     assert "output throughput: #" in text and "= 1.50× from single runs at concurrency 1; repeat the runs" in text
     assert text.index('id="verdict"') < text.index('id="differences"') < text.index('id="compare-table"')
@@ -328,6 +330,32 @@ def test_compare_pools_repeated_runs_into_a_verdict_with_intervals(client, viewe
     assert f"{b_label} decodes 2.6" in text and f"faster than {a_label} per stream" in text and "95% CI" in text
     assert "no measurable difference" in text  # TTFT: 100-102 vs 99-101 ms
     assert "--speculative-config" in text
+
+
+def test_runs_that_differ_only_in_port_host_and_key_are_one_configuration(client, viewer, db):
+    """The panel picks a free port per launch: the same profile launched three times on other ports
+    is three repetitions of one configuration, not three configurations."""
+    def argv(port, host, extra=()):
+        port_args = [f"--port={port}"] if port % 2 else ["--port", str(port)]  # both spellings
+        return ["vllm", "serve", "m", "--host", host, *port_args, "--api-key", "***", *extra]
+
+    a = [_kiln_run(f"A{i}", argv(8000 + i, "127.0.0.1"), 30.0 + i, 100.0 + i, 30.0 + i) for i in range(3)]
+    b = [_kiln_run(f"B{i}", argv(8100 + i, "0.0.0.0", ["--speculative-config", "{}"]), 81.0 + i, 100.0, 81.0 + i)
+         for i in range(3)]
+    login(client, viewer)
+    ids = ",".join(str(r.pk) for r in a + b)
+    data = client.get(f"/api/benchmarks/compare?ids={ids}").json()
+    assert data["table"]["launch_args"] == {"--speculative-config": [None] * 3 + ["{}"] * 3}
+    page = " ".join(client.get(f"/benchmarks/compare?ids={ids}").content.decode().split())
+    assert ", ".join(f"#{r.pk}" for r in b) + " decodes 2.6" in page  # pooled: three runs each, with a CI
+    assert "--port" not in page and "--host" not in page and "--api-key" not in page
+    # Differing only in the port: pooled into one configuration, and no launch argument listed.
+    same = client.get(f"/api/benchmarks/compare?ids={a[0].pk},{a[1].pk}").json()
+    assert same["table"]["launch_args"] == {}
+    from inference.benchmarks.services import pooled_verdict
+
+    pooled = pooled_verdict([a[0], a[1]])
+    assert pooled["pooled"] and pooled["labels"] == [f"#{a[0].pk}, #{a[1].pk}"] and pooled["repetitions"] == [2]
 
 
 def test_compare_names_workload_differences_not_only_the_command_line(client, viewer, db):
