@@ -746,7 +746,7 @@ def preset_speculative(*, profile: LaunchProfile, user=None, repetitions: int = 
         configurations=[{"profile": baseline, "label": _("without draft")},
                         {"profile": speculative, "label": _("with draft")}],
         scenario="decode-single-stream", scenarios=["prefill-long-prompt"], concurrency_levels=[1],
-        repetitions=repetitions, order=Experiment.Order.BLOCKS)
+        repetitions=repetitions)
 
 
 def preset_sweet_spot(*, configuration: dict, slo_decode_tok_s=None, user=None, repetitions: int = 3) -> Experiment:

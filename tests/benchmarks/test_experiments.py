@@ -150,6 +150,27 @@ def test_the_speculative_preset_measures_the_same_profile_with_and_without_its_d
     assert draft.enable_prefix_caching is True  # the user's own profile is left alone
     assert experiment.concurrency_levels == [1]
     assert set(experiment.steps.values_list("scenario", flat=True)) >= {"decode-single-stream", "prefill-long-prompt"}
+    # Fair order, as for any experiment: both copies need the profile's GPU 0, so one is up at a time and
+    # they take turns, relaunched each repetition (A, B, A, B), never A A A then B B B.
+    assert experiment.order == Experiment.Order.ALTERNATING
+    steps = list(experiment.steps.order_by("index").values_list("kind", "configuration", "repetition", "scenario"))
+    assert [(k, c, r) for k, c, r, _s in steps] == [
+        step for rep in range(3) for config in (0, 1)
+        for step in (("launch", config, None), ("measure", config, rep), ("measure", config, rep), ("stop", config, None))]
+    assert [s for k, _c, _r, s in steps if k == "measure"][:2] == ["decode-single-stream", "prefill-long-prompt"]
+
+
+def test_the_speculative_preset_interleaves_when_the_gpus_allow_both_at_once(
+        profiles, django_capture_on_commit_callbacks):
+    draft = profiles[0]
+    draft.speculative_config, draft.gpus = {"method": "ngram", "num_speculative_tokens": 4}, []
+    draft.save()
+    with django_capture_on_commit_callbacks(execute=False):
+        experiment = experiments.preset_speculative(profile=draft, repetitions=2)
+    assert experiment.order == Experiment.Order.INTERLEAVED
+    measures = list(experiment.steps.filter(kind="measure").order_by("index").values_list("configuration", flat=True))
+    assert measures == [0, 1, 0, 1, 1, 0, 1, 0]  # both up at once; per workload A B, then B A
+
 
 
 def test_the_sweet_spot_preset_sweeps_1_to_64_with_the_slo(profiles, django_capture_on_commit_callbacks):
