@@ -49,7 +49,7 @@ def benchmark_start(request, body: RunStart):
     overrides = body.model_dump(include={*services.OVERRIDE_LIMITS, "sweep"}, exclude_none=True)
     try:
         run = services.benchmark_start(deployment=deployment, scenario=body.scenario, user=request.user,
-                                       label=body.label, overrides=overrides)
+                                       label=body.label, overrides=overrides, goodput=body.goodput)
     except services.BenchmarkInputError as exc:
         raise refusal(exc, 409 if exc.code == "not_ready" else 400) from exc
     return Status(202, {"run": services.run_as_dict(run)})

@@ -181,11 +181,15 @@ def _configuration(item: dict, index: int) -> tuple[dict, LaunchProfile | None, 
 def experiment_create(*, name: str = "", configurations: list[dict], scenario: str, user=None,
                       overrides: dict | None = None, scenarios: list[str] | None = None,
                       concurrency_levels=None, prompt_lengths=None, repetitions: int = 3,
-                      order: str = "", slo_decode_tok_s: float | None = None, preset: str = "") -> Experiment:
+                      order: str = "", slo_decode_tok_s: float | None = None, goodput=None,
+                      preset: str = "") -> Experiment:
     """Check, plan and queue an experiment. `configurations`: [{"profile": id or
     LaunchProfile} or {"deployment": id or Deployment}, optional "label"]; the
     first is the baseline A. `scenarios` (optional) adds workloads measured
-    at every point alongside `scenario`."""
+    at every point alongside `scenario`. `goodput`: SLOs as
+    services.goodput_slos() takes them; without them a per-stream SLO
+    (`slo_decode_tok_s`) defines goodput as TPOT <= 1000 / SLO ms, the same
+    speed seen per request."""
     if not configurations:
         raise ExperimentInputError(_("Choose at least one configuration (two to compare)."))
     if len(configurations) > MAX_CONFIGURATIONS:
@@ -249,12 +253,18 @@ def experiment_create(*, name: str = "", configurations: list[dict], scenario: s
             raise ExperimentInputError(_("SLO: give a positive number of tokens per second."))
     else:
         slo_decode_tok_s = None
+    try:
+        slos = benchmark_runs.goodput_slos(goodput)
+    except benchmark_runs.BenchmarkInputError as exc:
+        raise ExperimentInputError(str(exc)) from None
+    if not slos and slo_decode_tok_s:
+        slos = {"tpot": 1000.0 / slo_decode_tok_s}
     title = (name or "").strip()[:200] or " vs ".join(r["name"] for r in rows)[:200]
     with transaction.atomic():
         experiment = Experiment.objects.create(
             name=title, host=host, preset=preset, configurations=rows, scenario=scenario,
             workload={"overrides": {k: v for k, v in (overrides or {}).items() if v not in (None, "", [])},
-                      "scenarios": workload},
+                      "scenarios": workload, "goodput_slos": slos},
             concurrency_levels=concurrency, prompt_lengths=prompts, repetitions=repetitions, order=order,
             slo_decode_tok_s=slo_decode_tok_s, created_by=user,
             progress={"done": 0, "total": len(plan), "percent": 0, "current": _("queued")})
@@ -610,7 +620,8 @@ class _Runner:
         where = verdict.point_label(step.concurrency, step.prompt_tokens)
         run = benchmark_runs.benchmark_row(deployment=deployment, scenario=scenario,
                                            label=f"{label} · {where}" if where else label,
-                                           user=self.experiment.created_by)
+                                           user=self.experiment.created_by,
+                                           goodput_slos=workload.get("goodput_slos") or None)
         ExperimentStep.objects.filter(pk=step.pk).update(run=run, deployment=deployment)
         if self.cancelled():
             BenchmarkRun.objects.filter(pk=run.pk).update(cancel_requested=True)
@@ -690,8 +701,10 @@ def analysis(experiment: Experiment) -> dict:
     if len(argvs) == len(labels) and len(labels) > 1:
         diff = compare_mod.diff_launch_args([argvs[i] for i in range(len(labels))])
         differences = [{"flag": flag or _("(program and model)"), "values": values} for flag, values in diff.items()]
+    slos = (experiment.workload or {}).get("goodput_slos") or {}
     return {"workloads": workloads, "labels": labels, "method": str(verdict.METHOD),
-            "measurements": len(rows), "differences": differences}
+            "measurements": len(rows), "differences": differences, "goodput_slos": slos,
+            "goodput": verdict.goodput_definition(slos)}
 
 
 # --------------------------------------------------------------------------
@@ -749,8 +762,11 @@ def preset_speculative(*, profile: LaunchProfile, user=None, repetitions: int = 
         repetitions=repetitions)
 
 
-def preset_sweet_spot(*, configuration: dict, slo_decode_tok_s=None, user=None, repetitions: int = 3) -> Experiment:
+def preset_sweet_spot(*, configuration: dict, slo_decode_tok_s=None, goodput=None, user=None,
+                      repetitions: int = 3) -> Experiment:
+    """One configuration: one launch for the whole sweep is as fair as any order. The per-stream
+    SLO also defines goodput (TPOT <= 1000 / SLO ms) unless `goodput` gives SLOs of its own."""
     return experiment_create(
         name=_("Concurrency sweet spot"), preset="sweet-spot", user=user, configurations=[configuration],
         scenario="concurrency-sweep", concurrency_levels=list(SWEET_SPOT_LEVELS), repetitions=repetitions,
-        slo_decode_tok_s=slo_decode_tok_s, order=Experiment.Order.BLOCKS)
+        slo_decode_tok_s=slo_decode_tok_s, goodput=goodput, order=Experiment.Order.BLOCKS)

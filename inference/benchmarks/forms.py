@@ -5,6 +5,8 @@ from django.utils.translation import gettext_lazy as _
 from inference.benchmarks.scenarios import SCENARIOS
 from inference.models import Deployment, Experiment, LaunchProfile
 
+GOODPUT_HELP = _("e.g. ttft:500 tpot:50 e2el:5000, as vllm bench serve --goodput takes them; a request counts "
+                 "when it meets every SLO given. Empty: TPOT ≤ 1000 / the per-stream SLO, if one is set.")
 ORDER_CHOICES = [("", _("Automatic (interleaved when the GPUs allow, otherwise A, B, A, B blocks)"))] + [
     (value, label) for value, label in Experiment.Order.choices]
 
@@ -45,6 +47,7 @@ class ExperimentForm(forms.Form):
     num_prompts = forms.IntegerField(label=_("Prompts per run"), required=False, min_value=1, max_value=10000)
     output_tokens = forms.IntegerField(label=_("Output tokens"), required=False, min_value=1, max_value=100000)
     slo_decode_tok_s = forms.FloatField(label=_("Per-stream SLO (tok/s)"), required=False, min_value=0.001)
+    goodput = forms.CharField(label=_("Goodput SLOs (ms)"), required=False, max_length=200, help_text=GOODPUT_HELP)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -70,6 +73,7 @@ class PresetForm(forms.Form):
     preset = forms.ChoiceField(choices=[("speculative", "speculative"), ("sweet-spot", "sweet-spot")])
     configuration = forms.ChoiceField(label=_("Configuration"))
     slo_decode_tok_s = forms.FloatField(label=_("Per-stream SLO (tok/s)"), required=False, min_value=0.001)
+    goodput = forms.CharField(label=_("Goodput SLOs (ms)"), required=False, max_length=200, help_text=GOODPUT_HELP)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

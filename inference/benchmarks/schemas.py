@@ -85,6 +85,11 @@ class RunStart(Schema):
     concurrency: Concurrency = None
     sweep: Annotated[Optional[list[Level]], WrapValidator(_sweep),
                      Field(description="Concurrency levels, as a list or a comma-separated text: 1,2,4")] = None
+    goodput: Annotated[Union[dict[str, Any], Text, None],
+                       Field(description="Goodput SLOs in milliseconds, as `vllm bench serve --goodput` takes them "
+                                         "(\"ttft:500 tpot:50 e2el:5000\") or as an object ({\"tpot\": 50}); a "
+                                         "request counts when it meets every SLO given. Empty: goodput is not "
+                                         "measured.")] = None
 
 
 def _ids(value):

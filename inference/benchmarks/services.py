@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -45,6 +46,63 @@ class BenchmarkInputError(ValueError):
     def __init__(self, message: str, code: str = "invalid"):
         super().__init__(message)
         self.code = code
+
+
+# --------------------------------------------------------------------------
+# Goodput SLOs
+# --------------------------------------------------------------------------
+
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+GOODPUT_MAX_MS = 24 * 3600 * 1000.0
+
+
+def goodput_slos(value) -> dict[str, float]:
+    """The goodput SLOs as the harness takes them: {"ttft": ms, "tpot": ms, "e2el": ms},
+    only those given. `value` is a dict, or text as `vllm bench serve --goodput`
+    takes it ("ttft:500 tpot:50", spaces or commas between); empty gives {}.
+    A request counts towards goodput when it meets every SLO given."""
+    if value in (None, "", {}, []):
+        return {}
+    if isinstance(value, str):
+        pairs = []
+        for item in value.replace(",", " ").split():
+            name, sep, number = item.partition(":")
+            if not sep or not name or not number:
+                raise BenchmarkInputError(_("Goodput SLO %(item)s: write NAME:MILLISECONDS, e.g. ttft:500 tpot:50 "
+                                            "e2el:5000.") % {"item": item})
+            pairs.append((name.strip().lower(), number.strip()))
+    elif isinstance(value, dict):
+        pairs = [(str(name).strip().lower(), number) for name, number in value.items()
+                 if number not in (None, "")]
+    else:
+        raise BenchmarkInputError(_("Goodput SLOs: give text such as ttft:500 tpot:50, or an object such as "
+                                    "{\"ttft\": 500}."))
+    out: dict[str, float] = {}
+    for name, number in pairs:
+        if name not in GOODPUT_METRICS:
+            raise BenchmarkInputError(_("Goodput SLO %(name)s: use ttft, tpot or e2el (milliseconds), e.g. "
+                                        "ttft:500 tpot:50.") % {"name": name})
+        if name in out:
+            raise BenchmarkInputError(_("Goodput SLO %(name)s is given twice; give each of ttft, tpot and e2el "
+                                        "at most once.") % {"name": name})
+        try:
+            ms = float(number) if not isinstance(number, bool) else math.nan
+        except (TypeError, ValueError):
+            ms = math.nan
+        if not 0 < ms <= GOODPUT_MAX_MS:
+            raise BenchmarkInputError(_("Goodput SLO %(name)s: give a positive number of milliseconds (at most a "
+                                        "day), not %(value)s.") % {"name": name, "value": number})
+        out[name] = ms
+    return {name: out[name] for name in GOODPUT_METRICS if name in out}
+
+
+def goodput_text(slos) -> str:
+    """The SLOs as `--goodput` writes them: "ttft:500 tpot:50" ("" when none;
+    an imported file's odd values are skipped)."""
+    if not isinstance(slos, dict):
+        return ""
+    values = [(name, compare_mod._number(slos.get(name))) for name in GOODPUT_METRICS]
+    return " ".join(f"{name}:{value:g}" for name, value in values if value is not None)
 
 
 # --------------------------------------------------------------------------
@@ -99,6 +157,7 @@ def scenario_with_overrides(name: str, overrides: dict | None = None) -> Scenari
 def scenario_from_config(config: dict) -> Scenario:
     """Rebuild the Scenario stored by scenario.to_dict() on the row."""
     data = dict(config)
+    data.pop("goodput_slos", None)  # stored beside the scenario, given to the harness on its own
     load = dict(data.pop("load"))
     rate = load.get("request_rate", "inf")
     load["request_rate"] = float(rate)
@@ -203,26 +262,33 @@ def deployment_snapshot(deployment: Deployment) -> dict:
 
 
 def benchmark_start(*, deployment: Deployment, scenario: str, user, label: str = "",
-                    overrides: dict | None = None) -> BenchmarkRun:
+                    overrides: dict | None = None, goodput=None) -> BenchmarkRun:
     """Queue a run of `scenario` against a ready deployment on its host's worker.
+    `goodput`: SLOs as goodput_slos() takes them (none: goodput is not measured).
     The row records the outcome either way (a broker that does not answer fails it)."""
     if deployment.status != Deployment.Status.READY or not deployment.port:
         raise BenchmarkInputError(f"Deployment {deployment.name!r} is {deployment.get_status_display().lower()}; "
                                   "a benchmark needs a ready deployment. Launch it and wait for Ready.",
                                   code="not_ready")
     chosen = scenario_with_overrides(scenario, overrides)
-    run = benchmark_row(deployment=deployment, scenario=chosen, label=label, user=user)
+    slos = goodput_slos(goodput)
+    run = benchmark_row(deployment=deployment, scenario=chosen, label=label, user=user, goodput_slos=slos)
     jobs.enqueue(benchmark_run, run.pk, queue=host_queue(deployment.host), on_refused=_not_queued)
     return run
 
 
-def benchmark_row(*, deployment: Deployment, scenario: Scenario, label: str = "", user=None) -> BenchmarkRun:
+def benchmark_row(*, deployment: Deployment, scenario: Scenario, label: str = "", user=None,
+                  goodput_slos: dict | None = None) -> BenchmarkRun:
     """The queued row of a run (what it will measure, and on what); whoever
-    made it runs it: the Celery task, or an experiment's runner in-process."""
+    made it runs it: the Celery task, or an experiment's runner in-process.
+    The goodput SLOs (checked by goodput_slos()) are kept in the row's config."""
     snapshot = deployment_snapshot(deployment)
+    config = scenario.to_dict()
+    if goodput_slos:
+        config["goodput_slos"] = dict(goodput_slos)
     return BenchmarkRun.objects.create(
         deployment=deployment, scenario=scenario.name, label=label.strip()[:200] or scenario.title,
-        source=BenchmarkRun.Source.KILN, config=scenario.to_dict(), snapshot=snapshot,
+        source=BenchmarkRun.Source.KILN, config=config, snapshot=snapshot,
         model_name=snapshot["model"]["name"], engine=deployment.engine, gpu_name=snapshot["gpu"]["name"],
         progress={"phase": "queued", "percent": 0}, created_by=user,
     )
@@ -333,6 +399,7 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
     latest: dict = {}
     outcome: dict = {}
     cancel = threading.Event()
+    slos = dict((run.config or {}).get("goodput_slos") or {})
     model = deployment.served_model_name or (run.snapshot.get("model") or {}).get("name") or "default"
 
     def on_progress(update) -> None:  # called inside the harness's event loop: no ORM here
@@ -341,7 +408,8 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
     def measure() -> None:
         try:
             outcome["run"] = run_scenario(scenario, deployment.base_url, model, engine=deployment.engine or None,
-                                          api_key=deployment.api_key or None, progress=on_progress, cancel=cancel)
+                                          api_key=deployment.api_key or None, goodput_slos=slos,
+                                          progress=on_progress, cancel=cancel)
         except BaseException as exc:  # reported on the row below
             outcome["error"] = exc
 
@@ -584,6 +652,7 @@ def workload_of(run: BenchmarkRun) -> dict:
         "gpu": run.gpu_name or (run.snapshot.get("gpu") or {}).get("name") or "",
         "model": run.model_name or model.get("name") or "",
         "model_hash": ", ".join(f"{v[:12]}…" for v in sorted(hashes.values())) if hashes else "",
+        "goodput": goodput_text(config.get("goodput_slos") or (steps[0].get("goodput_slos_ms") if steps else None)),
     }
 
 
@@ -591,7 +660,7 @@ def workload_names() -> dict:
     return {"scenario": _("workload"), "concurrency": _("concurrency"), "request_rate": _("request rate"),
             "prompts": _("prompts"), "prompt_tokens": _("prompt tokens (mean)"),
             "output_tokens": _("output tokens (mean)"), "engine": _("engine and version"), "gpu": _("GPU"),
-            "model": _("model"), "model_hash": _("model sha256")}
+            "model": _("model"), "model_hash": _("model sha256"), "goodput": _("goodput SLO")}
 
 
 def compare_runs(runs: list[BenchmarkRun], baseline_id: int | None = None,
@@ -638,7 +707,8 @@ def pooled_verdict(runs: list[BenchmarkRun], baseline: int = 0) -> dict:
         # Launched on another port (or host, or with another key) is still the same configuration.
         argv = compare_mod.configuration_argv(r.snapshot.get("argv") or [])
         key = json.dumps([argv or [f"run {r.pk}"], {k: w[k] for k in
-                          ("scenario", "concurrency", "prompt_tokens", "output_tokens", "engine", "gpu", "model")}],
+                          ("scenario", "concurrency", "prompt_tokens", "output_tokens", "engine", "gpu", "model",
+                           "goodput")}],
                          sort_keys=True, default=str)
         if key not in keys:
             keys.append(key)

@@ -73,6 +73,16 @@ def _short_name(metric: str) -> str:
     }.get(metric, metric)
 
 
+def goodput_definition(slos: dict | None) -> str:
+    """What goodput counted, in words: "" when no SLO was set (goodput not measured)."""
+    names = {"ttft": _("time to first token"), "tpot": _("time per output token"), "e2el": _("end-to-end latency")}
+    parts = [_("%(metric)s ≤ %(ms)s ms") % {"metric": names[key], "ms": f"{float(slos[key]):g}"}
+             for key in ("ttft", "tpot", "e2el") if key in (slos or {})]
+    if not parts:
+        return ""
+    return _("Goodput: the requests per second that met every SLO (%(slos)s).") % {"slos": ", ".join(parts)}
+
+
 def fmt_factor(x: float | None) -> str:
     if x is None:
         return "–"

@@ -74,6 +74,7 @@ def benchmark_detail(request, run_id):
         bandwidth = None
     return render(request, "benchmarks/benchmarks_detail.html", {
         "run": run, "steps": data["result"], "charts": svc.chart_data([run]), "roofline": svc.roofline(run, bandwidth),
+        "goodput": verdict.goodput_definition((run.config or {}).get("goodput_slos")),
         "metric_rows": [(name, [_fmt(s.get(name)) for s in data["result"]]) for name in _metric_names(data["result"])],
     })
 
@@ -159,7 +160,7 @@ def experiments_page(request):
                     name=data["name"], configurations=form.configurations(), scenario=data["scenario"],
                     overrides=form.overrides(), concurrency_levels=data["concurrency_levels"],
                     prompt_lengths=data["prompt_lengths"], repetitions=data["repetitions"], order=data["order"],
-                    slo_decode_tok_s=data["slo_decode_tok_s"], user=request.user)
+                    slo_decode_tok_s=data["slo_decode_tok_s"], goodput=data["goodput"], user=request.user)
             except experiments.ExperimentInputError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -190,7 +191,8 @@ def experiment_preset(request):
             experiment = experiments.preset_speculative(profile=profile, user=request.user)
         else:
             experiment = experiments.preset_sweet_spot(configuration=config or {}, user=request.user,
-                                                       slo_decode_tok_s=data["slo_decode_tok_s"])
+                                                       slo_decode_tok_s=data["slo_decode_tok_s"],
+                                                       goodput=data["goodput"])
     except experiments.ExperimentInputError as exc:
         messages.error(request, _("Not started: %(reason)s") % {"reason": exc})
         return redirect("experiments")

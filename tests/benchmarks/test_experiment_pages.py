@@ -104,10 +104,15 @@ def test_the_form_refuses_bad_input_with_the_reason(finished, operator):
     assert "GPUs overlap" in response.content.decode()
     response = client.post("/benchmarks/experiments/", {
         "config_a": f"p{finished.configurations[0]['profile']}", "config_b": f"p{finished.configurations[1]['profile']}",
-        "scenario": "decode-single-stream", "repetitions": 2, "concurrency_levels": "1,2"})
+        "scenario": "decode-single-stream", "repetitions": 3, "goodput": "ttft=800"})
+    assert response.status_code == 400 and "write NAME:MILLISECONDS" in response.content.decode()
+    response = client.post("/benchmarks/experiments/", {
+        "config_a": f"p{finished.configurations[0]['profile']}", "config_b": f"p{finished.configurations[1]['profile']}",
+        "scenario": "decode-single-stream", "repetitions": 2, "concurrency_levels": "1,2", "goodput": "ttft:800"})
     assert response.status_code == 302
     experiment = Experiment.objects.exclude(pk=finished.pk).get()
     assert experiment.order == "alternating" and experiment.steps.filter(kind="measure").count() == 8
+    assert experiment.workload["goodput_slos"] == {"ttft": 800.0}
     page = client.get("/benchmarks/experiments/").content.decode()
     assert f"/benchmarks/experiments/{experiment.pk}/" in page
 

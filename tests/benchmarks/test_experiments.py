@@ -172,12 +172,21 @@ def test_the_speculative_preset_interleaves_when_the_gpus_allow_both_at_once(
     assert measures == [0, 1, 0, 1, 1, 0, 1, 0]  # both up at once; per workload A B, then B A
 
 
-
 def test_the_sweet_spot_preset_sweeps_1_to_64_with_the_slo(profiles, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False):
         experiment = experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk}, slo_decode_tok_s=20)
     assert experiment.concurrency_levels == [1, 2, 4, 8, 16, 32, 64] and experiment.slo_decode_tok_s == 20
     assert experiment.steps.filter(kind="measure").count() == 7 * 3
+    # Goodput: the requests that stream at least 20 tok/s, i.e. TPOT within 1000 / 20 = 50 ms.
+    assert experiment.workload["goodput_slos"] == {"tpot": 50.0}
+    with django_capture_on_commit_callbacks(execute=False):
+        own = experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk}, slo_decode_tok_s=20,
+                                            goodput="ttft:2000 tpot:40")
+        none = experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk})
+    assert own.workload["goodput_slos"] == {"ttft": 2000.0, "tpot": 40.0}
+    assert none.workload["goodput_slos"] == {}
+    with pytest.raises(ExperimentInputError, match="use ttft, tpot or e2el"):
+        experiments.preset_sweet_spot(configuration={"profile": profiles[0].pk}, goodput="itl:5")
 
 
 def test_a_configuration_that_went_down_fails_the_experiment_with_the_reason_and_an_alert(
