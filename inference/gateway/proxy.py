@@ -25,6 +25,7 @@ import aiohttp
 import yarl
 from django.utils.translation import gettext as _
 
+from inference.deployments.presets import request_additions
 from inference.gateway import errors, usage
 from inference.gateway.clients import upstream
 from inference.gateway.routing import Upstream
@@ -135,17 +136,55 @@ def prepare_body(body: dict, raw: bytes | None = None) -> tuple[bytes, bool]:
         if not isinstance(options, dict) or not options.get("include_usage"):
             strip = True
             if options is None and "stream_options" not in body and raw is not None:
-                head = raw.rstrip()
-                if raw.lstrip()[:1] == b"{" and head.endswith(b"}"):  # UTF-8 (or ASCII) JSON object
-                    head = head[:-1].rstrip()
-                    sep = b"" if head.endswith(b"{") else b","
-                    return head + sep + b'"stream_options":{"include_usage":true}}', strip
+                spliced = _append_fields(raw, b'"stream_options":{"include_usage":true}')
+                if spliced is not None:
+                    return spliced, strip
             body = dict(body, stream_options=dict(options or {}, include_usage=True))
         elif raw is not None:
             return raw, strip
     elif raw is not None:
         return raw, strip
     return json.dumps(body, separators=(",", ":")).encode(), strip
+
+
+def _append_fields(raw: bytes, fields: bytes) -> bytes | None:
+    """`raw` (a JSON object) with `fields` ('"name":value,...') added before its
+    closing brace; None when `raw` is not a UTF-8 (or ASCII) JSON object."""
+    head = raw.rstrip()
+    if raw.lstrip()[:1] != b"{" or not head.endswith(b"}"):
+        return None
+    head = head[:-1].rstrip()
+    return head + (b"" if head.endswith(b"{") else b",") + fields + b"}"
+
+
+def with_request_defaults(target: Upstream, path: str, payload: bytes, body: dict | None = None) -> bytes:
+    """The payload for `target`, with the request defaults of its deployment's
+    preset added where the request leaves them out (presets.request_additions).
+
+    The gateway's both doors (views.proxy) and the batch runner send through
+    views._open_first, which calls this per replica. `body` is the client's
+    parsed request when the caller has it; without it the payload is parsed
+    here, but only for a deployment that has defaults for `path`. A deployment
+    without any costs one dict lookup, and its payload goes out untouched.
+    """
+    defaults = target.request_defaults.get(path)
+    if not defaults:
+        return payload
+    if body is None:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return payload  # the engine answers a body it cannot read, as it would have anyway
+        if not isinstance(body, dict):
+            return payload
+    added = request_additions(defaults, body)
+    if not added:
+        return payload
+    if not any(k in body for k in added):  # none there, not even as null: no duplicate keys
+        spliced = _append_fields(payload, json.dumps(added, separators=(",", ":"))[1:-1].encode())
+        if spliced is not None:
+            return spliced
+    return json.dumps({**json.loads(payload), **added}, separators=(",", ":")).encode()
 
 
 async def open_upstream(target: Upstream, path: str, payload: bytes, stream: bool) -> aiohttp.ClientResponse:

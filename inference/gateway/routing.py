@@ -15,10 +15,11 @@ import asyncio
 import itertools
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 
+from inference.deployments.presets import request_defaults_for
 from inference.models import Deployment
 
 # Seconds a client should wait before retrying, by what the deployments are doing.
@@ -34,6 +35,9 @@ class Upstream:
     name: str
     base_url: str
     api_key: str
+    # Request fields by endpoint path that the deployment's preset adds where a
+    # request leaves them out (proxy.with_request_defaults); read, never changed.
+    request_defaults: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,12 +69,13 @@ def _read_table() -> Table:
         ready: dict[str, list[Upstream]] = defaultdict(list)
         statuses: dict[str, list[str]] = defaultdict(list)
         rows = Deployment.objects.exclude(served_model_name="").order_by("pk").values(
-            "id", "name", "status", "bind_host", "port", "api_key", "served_model_name")
+            "id", "name", "status", "bind_host", "port", "api_key", "served_model_name", "profile__preset")
         for r in rows:
             model = r["served_model_name"]
             statuses[model].append(r["status"])
             if r["status"] == Deployment.Status.READY and r["port"]:
-                ready[model].append(Upstream(r["id"], r["name"], _base_url(r["bind_host"], r["port"]), r["api_key"]))
+                ready[model].append(Upstream(r["id"], r["name"], _base_url(r["bind_host"], r["port"]), r["api_key"],
+                                             request_defaults_for(r["profile__preset"] or "")))
         return Table(dict(ready), dict(statuses), time.monotonic())
     finally:
         close_old_connections()

@@ -28,7 +28,8 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.roles import is_operator, operator_required
 from inference.gateway import keys, routing, selectors, usage
 from inference.gateway.errors import bad_request, error_response, too_large
-from inference.gateway.proxy import BadBody, Caller, Relay, open_upstream, prepare_body, read_body
+from inference.gateway.proxy import (BadBody, Caller, Relay, open_upstream, prepare_body, read_body,
+                                     with_request_defaults)
 from inference.gateway.routing import Upstream
 
 RETRY_AFTER_UNREACHABLE = 5
@@ -213,15 +214,19 @@ async def _checked_request(path, raw_body, streams, info, verdict):
             "server_error", "deployment_not_ready", retry_after=wait))
     stream = streams and bool(body.get("stream"))
     payload, strip = prepare_body(body, raw_body) if stream else (raw_body, False)
-    opening = asyncio.ensure_future(_open_first(route.upstreams, path, payload, stream))
+    opening = asyncio.ensure_future(_open_first(route.upstreams, path, payload, stream, body))
     return opening, model, stream, strip
 
 
-async def _open_first(upstreams, path: str, payload: bytes, stream: bool):
-    """The engine's response from the first replica that answers, or (None, None)."""
+async def _open_first(upstreams, path: str, payload: bytes, stream: bool, body: dict | None = None):
+    """The engine's response from the first replica that answers, or (None, None).
+
+    Each replica gets the payload with its preset's request defaults
+    (with_request_defaults; `body` is the parsed request, when the caller has it).
+    """
     for target in upstreams:
         try:
-            return await open_upstream(target, path, payload, stream), target
+            return await open_upstream(target, path, with_request_defaults(target, path, payload, body), stream), target
         except (aiohttp.ClientConnectionError, OSError, TimeoutError):
             continue  # the next replica, if any
     return None, None

@@ -120,6 +120,66 @@ def test_openai_client_streams_through_the_gateway_and_usage_is_recorded(llama, 
     wait_until(lambda: ApiKey.objects.get(pk=key_row.pk).last_used, 5, "last_used set")
 
 
+# An answer holding a turn label ran on into a turn the base model invented.
+TURN_JUNK = ("User:", "Assistant:", "<|im_", "<start_of_turn>", "<end_of_turn>")
+
+
+def demo_preset_deployment(port, handle):
+    """A ready deployment launched from the demo preset (its profile names it)."""
+    from inference.deployments.presets import GEMMA_DEMO
+    from inference.models import EngineRuntime, LaunchProfile
+
+    runtime = EngineRuntime.objects.create(name="llama.cpp", host="testhost", engine="llamacpp", kind="executable",
+                                           path=str(LLAMA_WRAPPER), detect_status="ok")
+    profile = LaunchProfile.objects.create(name="demo", host="testhost", runtime=runtime, model_path="/m.gguf",
+                                           preset=GEMMA_DEMO.slug, served_model_name=DEMO, gpus=[])
+    dep = deployment("gemma demo preset", port, handle=handle)
+    Deployment.objects.filter(pk=dep.pk).update(profile=profile)
+    return dep
+
+
+@needs_llama
+@pytest.mark.engine
+def test_the_demo_answers_its_turn_and_stops_through_the_gateway_and_the_playground_path(
+        llama, asgi_server, operator, key):
+    """The base demo model wrote invented "User:/Assistant:" turns up to max_tokens; the
+    gateway now adds the preset's stop to its chat requests (not to a benchmark's)."""
+    demo_preset_deployment(llama.port, llama.handle)
+    api = client(asgi_server, key)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    reply = api.chat.completions.create(model=DEMO, messages=question, max_tokens=60, temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and reply.usage.completion_tokens < 60, reply
+    assert "Paris" in choice.message.content and not any(j in choice.message.content for j in TURN_JUNK), reply
+
+    text, finish = "", None
+    for chunk in api.chat.completions.create(model=DEMO, messages=question, max_tokens=60, temperature=0,
+                                             stream=True):
+        text += chunk.choices[0].delta.content or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "stop" and "Paris" in text and not any(j in text for j in TURN_JUNK), (finish, text)
+
+    # A benchmark's request (ignore_eos) gets every token it asked for.
+    bench = api.chat.completions.create(model=DEMO, messages=question, max_tokens=40, temperature=0,
+                                        extra_body={"ignore_eos": True})
+    assert bench.usage.completion_tokens == 40 and bench.choices[0].finish_reason == "length", bench
+
+    # The Playground's request: the signed-in session, streamed with usage, as static/gateway/playground.js sends it.
+    with httpx.Client(base_url=asgi_server, timeout=120) as browser:
+        browser.get("/login/")
+        browser.post("/login/", data={"username": operator.username, "password": operator.plain_password,
+                                      "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+        r = browser.post("/v1/chat/completions", headers={"X-CSRFToken": browser.cookies["csrftoken"]},
+                         json={"model": DEMO, "messages": question, "stream": True, "temperature": 0,
+                               "stream_options": {"include_usage": True}, "max_tokens": 60})
+    assert r.status_code == 200, r.text
+    events = [json.loads(e) for e in sse_events(r.text) if e != "[DONE]"]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    finishes = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert finishes == ["stop"] and "Paris" in text and not any(j in text for j in TURN_JUNK), (finishes, text)
+    assert events[-1]["usage"]["completion_tokens"] < 60
+
+
 @needs_llama
 @pytest.mark.engine
 def test_a_key_revoked_mid_use_is_refused_on_its_next_request(llama, asgi_server, operator, key):
