@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 
 from inference.deployments.services import preset_status
 from inference.models import Deployment, EngineRuntime, LaunchProfile
-from inference.deployments.presets import PRESETS
+from inference.deployments.presets import CHAT_COMPLETIONS, PRESETS, request_additions, request_defaults_for
 from inference.deployments.supervisor import read_log_tail
 
 
@@ -156,7 +156,12 @@ def snippets(dep: Deployment, show_key: bool) -> dict:
     # Before the port is chosen the snippets say PORT; the live page swaps in
     # the endpoint once the engine has one.
     base = dep.openai_base_url or SNIPPET_PLACEHOLDER
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64})
+    request = {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64}
+    # The snippets call the engine itself, not the gateway, so they carry what the
+    # gateway would add for this preset (the demo's stop at the next "User:" turn).
+    preset = dep.profile.preset if dep.profile_id and dep.profile else ""
+    added = request_additions(request_defaults_for(preset).get(CHAT_COMPLETIONS), request)
+    body = json.dumps({**request, **added})
     url = f"{base}/chat/completions"
     curl = ["curl", url, "-H", "Content-Type: application/json"]
     if key:
@@ -169,7 +174,9 @@ def snippets(dep: Deployment, show_key: bool) -> dict:
         f"reply = client.chat.completions.create(\n"
         f"    model={model!r},\n"
         f"    messages=[{{\"role\": \"user\", \"content\": \"Hello!\"}}],\n"
-        f"    max_tokens=64,\n)\n"
+        f"    max_tokens=64,\n"
+        + "".join(f"    {name}={value!r},\n" for name, value in added.items())
+        + ")\n"
         "print(reply.choices[0].message.content)\n"
     )
     return {"curl": " ".join(shlex.quote(a) for a in curl), "python": python,

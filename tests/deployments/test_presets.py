@@ -1,11 +1,17 @@
 import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from inference.engines import Runtime, get_engine
-from inference.deployments.presets import GEMMA_DEMO, PRESETS, PYPI_PACKAGE, assemble_demo_model, get_preset
+from inference.deployments.presets import (CHAT_COMPLETIONS, GEMMA_DEMO, PRESETS, PYPI_PACKAGE, assemble_demo_model,
+                                          get_preset, request_additions)
 from tests.helpers import DEMO_CACHE, LLAMA_WRAPPER, demo_model_path, needs_llama, wait_until
 
 ISSUE_NAMES = [
@@ -72,14 +78,15 @@ def test_the_demo_model_is_assembled_from_its_package_with_a_verified_checksum()
         assert f.read(4) == b"GGUF"
 
 
-def test_the_demo_launches_with_its_chat_template_and_stop_even_when_extra_arguments_are_added():
+def test_the_demo_launches_with_its_chat_template_even_when_extra_arguments_are_added():
     engine = get_engine("llamacpp")
     template = GEMMA_DEMO.model_args[GEMMA_DEMO.model_args.index("--chat-template-file") + 1]
     assert Path(template).is_file() and "User: " in Path(template).read_text()
     for spec in (GEMMA_DEMO.spec("/m.gguf", port=8100), GEMMA_DEMO.spec("/m.gguf", port=8100, extra_args=["-t", "2"])):
         argv = engine.build_argv(spec, Runtime("llamacpp", "executable", "/opt/bin/llama-server"))
         assert argv[argv.index("--chat-template-file") + 1] == template
-        # No server-wide stop string: it would cut benchmark requests short (ignore_eos does not lift it).
+        # No server-wide stop string: it would cut benchmark requests short (ignore_eos does not lift it);
+        # the stop is a per-request default (GEMMA_DEMO.request_defaults).
         assert "--reverse-prompt" not in argv and "-r" not in argv
     assert GEMMA_DEMO.spec("/m.gguf", extra_args=["-t", "2"]).extra_args[-2:] == ["-t", "2"]
     # Kept once, not doubled, when a profile's saved arguments come back through spec().
@@ -87,43 +94,101 @@ def test_the_demo_launches_with_its_chat_template_and_stop_even_when_extra_argum
     assert again.extra_args.count("--chat-template-file") == 1
 
 
-TEMPLATE_JUNK = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
+# Template tokens, and the transcript's own turn labels: an answer holding "User:"
+# ran on into a turn the model invented instead of stopping after its own.
+TEMPLATE_JUNK = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "User:", "Assistant:")
+DEMO_CHAT_DEFAULTS = GEMMA_DEMO.request_defaults[CHAT_COMPLETIONS]
+
+
+def demo_deployment(port=None, preset=GEMMA_DEMO.slug):
+    from django.conf import settings
+
+    from inference.models import Deployment, EngineRuntime, LaunchProfile
+
+    runtime = EngineRuntime.objects.create(name="llama.cpp", host=settings.HOST_NAME, engine="llamacpp",
+                                           kind="executable", path="/opt/bin/llama-server", detect_status="ok")
+    profile = LaunchProfile.objects.create(name="demo", host=settings.HOST_NAME, runtime=runtime, model_path="/m.gguf",
+                                           preset=preset, served_model_name="gemma-3-270m", gpus=[])
+    return Deployment.objects.create(name="demo", host=settings.HOST_NAME, engine_name="llamacpp", status="ready",
+                                     port=port, served_model_name="gemma-3-270m", profile=profile)
+
+
+@pytest.mark.django_db
+def test_the_demo_pages_snippets_carry_its_stop_and_other_deployments_do_not():
+    """The snippets call the engine itself (not the gateway, which adds the stop)."""
+    from inference.deployments.selectors import snippets
+
+    demo = snippets(demo_deployment(port=8100), show_key=True)
+    body = json.loads(shlex.split(demo["curl"])[-1])
+    assert body["stop"] == DEMO_CHAT_DEFAULTS["stop"] and body["messages"][0]["content"] == "Hello!"
+    assert f"    stop={DEMO_CHAT_DEFAULTS['stop']!r},\n" in demo["python"]
+    compile(demo["python"], "snippet", "exec")
+    other = snippets(demo_deployment(port=8101, preset=""), show_key=True)
+    assert "stop" not in json.loads(shlex.split(other["curl"])[-1]) and "stop=" not in other["python"]
 
 
 @needs_llama
 @pytest.mark.engine
 @pytest.mark.timeout(300)
+@pytest.mark.django_db
 def test_the_real_demo_answers_a_question_sensibly_and_stops(tmp_path):
     """The issue: the demo answered "<|im_end|><|im_start|>student ..." over and
-    over (llama-server's ChatML fallback). Now it answers and stops by itself."""
+    over (llama-server's ChatML fallback); with the transcript template it then ran
+    on with turns of its own ("User: ...") up to max_tokens. With the preset's
+    request defaults (what the gateway adds and the page's snippets carry) it
+    answers and stops after its turn; without them nothing on the server cuts a
+    request short (a benchmark's ignore_eos gets all its tokens)."""
     from inference.deployments import supervisor
+    from inference.deployments.selectors import snippets
 
     engine = get_engine("llamacpp")
     spec = GEMMA_DEMO.spec(demo_model_path(), extra_args=["--threads", "2", "--temp", "0"])
     started = supervisor.launch(engine, spec, Runtime("llamacpp", "executable", str(LLAMA_WRAPPER)),
                                 tmp_path / "llama.log")
+    chat_url = f"http://127.0.0.1:{started.port}/v1/chat/completions"
+
+    def ask(messages, **fields):
+        body = {"model": "gemma-3-270m", "max_tokens": 60, "messages": messages, **fields}
+        r = httpx.post(chat_url, timeout=120, trust_env=False,
+                       json={**body, **request_additions(DEMO_CHAT_DEFAULTS, body)})
+        return r.json()
+
+    def assert_own_turn_only(choice):
+        assert choice["finish_reason"] == "stop", choice  # ended after its turn, not at max_tokens
+        assert choice["message"]["content"].strip(), choice
+        assert not any(junk in choice["message"]["content"] for junk in TEMPLATE_JUNK), choice
+
     try:
         url = engine.health_url("127.0.0.1", started.port)
         wait_until(lambda: supervisor.probe_health(url, timeout=1).status == 200, 180, "llama-server health",
                    interval=0.25)
         answers = []
         for question in ("What is the capital of France?", "Name three colours."):
-            r = httpx.post(f"http://127.0.0.1:{started.port}/v1/chat/completions", timeout=120, trust_env=False,
-                           json={"model": "gemma-3-270m", "max_tokens": 60,
-                                 "messages": [{"role": "user", "content": question}]})
-            choice = r.json()["choices"][0]
+            choice = ask([{"role": "user", "content": question}])["choices"][0]
+            assert_own_turn_only(choice)
             answers.append(choice["message"]["content"])
-            assert not any(junk in choice["message"]["content"] for junk in TEMPLATE_JUNK), choice
         assert "Paris" in answers[0], answers
         # A follow-up in the same chat sees the earlier turns.
-        r = httpx.post(f"http://127.0.0.1:{started.port}/v1/chat/completions", timeout=120, trust_env=False,
-                       json={"model": "gemma-3-270m", "max_tokens": 60, "stream": False,
-                             "messages": [{"role": "system", "content": "Answer briefly."},
-                                          {"role": "user", "content": "What is the capital of France?"},
-                                          {"role": "assistant", "content": answers[0]},
-                                          {"role": "user", "content": "And the capital of Germany?"}]})
-        follow = r.json()["choices"][0]
+        follow = ask([{"role": "system", "content": "Answer briefly."},
+                      {"role": "user", "content": "What is the capital of France?"},
+                      {"role": "assistant", "content": answers[0]},
+                      {"role": "user", "content": "And the capital of Germany?"}], stream=False)["choices"][0]
+        assert_own_turn_only(follow)
         assert "Berlin" in follow["message"]["content"], follow
+        # A benchmark's request: no stop added, none on the server, every token generated.
+        bench = ask([{"role": "user", "content": "What is the capital of France?"}], max_tokens=40, ignore_eos=True)
+        assert bench["usage"]["completion_tokens"] == 40 and bench["choices"][0]["finish_reason"] == "length", bench
+
+        # The deployment page's snippets, run as a user would paste them.
+        page = snippets(demo_deployment(port=started.port), show_key=True)
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        out = subprocess.run(shlex.split(page["curl"]), capture_output=True, text=True, timeout=120, check=True,
+                             env=env)
+        assert_own_turn_only(json.loads(out.stdout)["choices"][0])
+        out = subprocess.run([sys.executable, "-c", page["python"]], capture_output=True, text=True, timeout=120,
+                             env=env)
+        assert out.returncode == 0 and out.stdout.strip(), out.stderr
+        assert not any(junk in out.stdout for junk in TEMPLATE_JUNK), out.stdout
     finally:
         assert supervisor.stop(started.handle, grace_s=10).survivors == []
 
