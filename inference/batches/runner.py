@@ -1,10 +1,12 @@
 """Run one batch: an asyncio loop with `concurrency` workers, a pacing gap,
 and a flusher that records results once.
 
-Each line goes through the gateway's own relay (views.proxy: body checks,
-routing to a ready deployment, the engine's request; Upstreamed.read records
-usage against the batch's key), so a batch is counted and routed exactly as
-the same calls from a client would be.
+Each line goes through the gateway's own pieces (routing to a ready
+deployment, the shared engine pool, usage recorded against the batch's key;
+bodies were checked at upload), so a batch is counted and routed as the same
+calls from a client would be. A line answered 429/5xx, timed out or whose
+connection broke is retried alone with backoff; only an engine that nobody
+can connect to (or no ready deployment) pauses the batch.
 
 Recording a result, in this order (the flusher, about twice a second):
 1. the lines' output/error JSON is appended to the files and fsynced;
@@ -41,8 +43,8 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from inference.gateway import routing, usage, views
-from inference.gateway.proxy import Caller
+from inference.gateway import routing, usage
+from inference.gateway.proxy import Caller, open_upstream
 from inference.models import Batch, BatchLine
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,10 @@ class Paused(Exception):
     def __init__(self, reason: str, model: str):
         super().__init__(reason)
         self.reason, self.model = reason, model
+
+
+class GiveBack(Exception):
+    """The line has no result and goes back to pending (the batch is stopping)."""
 
 
 def _int(value) -> int:
@@ -336,6 +342,9 @@ class Runner:
                     self.paused = paused
                 self.unsent.append(item.pk)
                 continue
+            except GiveBack:
+                self.unsent.append(item.pk)
+                continue
             self.results.append(result)
             if len(self.results) >= FLUSH_AT:
                 self._flush_now.set()
@@ -368,27 +377,53 @@ class Runner:
             if status is None and error and error["code"] in NOT_READY:
                 raise Paused(error["message"], model)
             retry = (status in RETRYABLE_STATUS) if status is not None else error.get("retry", False)
-            if retry and attempt < max_attempts() and not self._stopping():
+            if retry and attempt < max_attempts():
+                # A line that would be retried is not failed because the batch is pausing or
+                # cancelling meanwhile: it goes back unsent, and a resumed run sends it again.
+                if self._stopping():
+                    raise GiveBack()
                 await asyncio.sleep(backoff(attempt))
+                if self._stopping():
+                    raise GiveBack()
                 continue
             return self._result(item, attempt, status, body, raw, error)
 
     async def _once(self, payload: bytes, model: str):
-        """(status, parsed body, raw body, error): an engine answer, or our own error."""
+        """(status, parsed body, raw body, error): an engine answer, or our own error.
+        A timeout or a connection that broke after it was made is this request's
+        trouble, retried with backoff; only an engine nobody can connect to pauses
+        the batch (deployment_unreachable, from _call)."""
+        limit = request_timeout()
         try:
-            async with asyncio.timeout(request_timeout()):  # no extra task per request, unlike wait_for
+            async with asyncio.timeout(limit) as deadline:  # no extra task per request, unlike wait_for
                 return await self._call(payload, model)
-        except TimeoutError:
-            return None, None, None, {"code": "timeout", "retry": True,
-                                      "message": f"The engine did not answer within {request_timeout():.0f} s."}
+        except TimeoutError as exc:
+            if deadline.expired():
+                message = f"The engine did not answer within {limit:g} s (BATCH_REQUEST_TIMEOUT_S)."
+            else:  # the engine pool's own read timeout
+                message = f"The engine stopped sending: {exc!r}"
+            return None, None, None, {"code": "timeout", "retry": True, "message": message}
         except (aiohttp.ClientError, OSError) as exc:
             return None, None, None, {"code": "connection_error", "retry": True,
-                                      "message": f"Could not reach the engine: {exc!r}"}
+                                      "message": f"The connection to the engine broke: {exc!r}"}
+
+    async def _open(self, upstreams, payload: bytes):
+        """(response, target) from the first replica that takes the connection, or
+        (None, None) when none does (nothing listens: the deployment is down).
+        Unlike the gateway's views._open_first, a connection that is made and then
+        closed, reset or timed out is raised, not taken as the replica being down:
+        one line's failure is retried alone instead of pausing the whole batch."""
+        for target in upstreams:
+            try:
+                return await open_upstream(target, self.endpoint, payload, False), target
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+                continue  # the next replica, if any
+        return None, None
 
     async def _call(self, payload: bytes, model: str):
         """One request through the gateway's relay pieces: routing.route (the ready
-        deployments of the model, round-robin), views._open_first (the first replica
-        that answers, over the shared engine pool) and usage.record (per key).
+        deployments of the model, round-robin), proxy.open_upstream (over the shared
+        engine pool; see _open) and usage.record (per key).
         The body was checked line by line at upload, so the gateway's per-request
         body check (views.proxy) is not run again: measured in bench/batch.py, it
         and its extra task per request were a third of the runner's CPU per line."""
@@ -401,7 +436,7 @@ class Runner:
             return None, None, None, {"code": "deployment_not_ready", "retry": False, "message":
                                       f"No deployment of {model!r} is ready (now: "
                                       f"{', '.join(sorted(set(route.statuses)))}); the batch waits for one."}
-        response, target = await views._open_first(route.upstreams, self.endpoint, payload, False)
+        response, target = await self._open(route.upstreams, payload)
         if response is None:
             return None, None, None, {"code": "deployment_unreachable", "retry": False, "message":
                                       f"The deployment(s) serving {model!r} are marked ready but do not answer; "

@@ -3,12 +3,13 @@
 Raw asyncio HTTP/1.1 with keep-alive on 127.0.0.1. Answers
 /v1/chat/completions, /v1/completions and /v1/embeddings whole (no
 streaming) after `delay` seconds; counts every request per prompt text
-(`seen`), the requests in flight, their peak (`peak`) and their time integral
-(`busy`, in-flight seconds: busy / wall is the average number in flight), so a
-test can prove that no line was sent twice and that the batch kept to its
-concurrency. Markers in a prompt, each for its first N requests:
-"flaky-N" is answered 503; "slow-N" is answered after `slow` seconds (past a
-client's timeout); "drop-N" has its connection closed with no answer.
+(`seen`; when each came in `arrivals`), the requests in flight, their peak
+(`peak`) and their time integral (`busy`, in-flight seconds: busy / wall is
+the average number in flight), so a test can prove that no line was sent
+twice, that retries waited, and that the batch kept to its concurrency.
+Markers in a prompt, each for its first N requests: "flaky-N" is answered
+503; "slow-N" is answered after `slow` more seconds (past a client's
+timeout); "drop-N" has its connection closed with no answer.
 Run standalone: `python -m tests.batches.stub [delay]` prints `PORT <n>`.
 """
 
@@ -29,6 +30,7 @@ class CountingStub:
         self.model = model
         self.slow = slow
         self.seen: collections.Counter = collections.Counter()
+        self.arrivals: collections.defaultdict = collections.defaultdict(list)  # prompt -> monotonic times
         self.requests = 0
         self.in_flight = 0
         self.peak = 0
@@ -52,6 +54,14 @@ class CountingStub:
             self._server.close()
         for writer in list(self._writers):
             writer.transport.abort()  # a crashed engine: open connections drop too
+
+    async def shutdown(self) -> None:
+        """Close, and end the answers still waiting (a "slow-N" one, after its client gave up)."""
+        await self.close()
+        waiting = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
 
     def crash(self) -> None:
         """Stop answering at once, like an engine that died (from another thread)."""
@@ -98,6 +108,7 @@ class CountingStub:
             if "reset" in path:
                 self.requests = self.peak = 0
                 self.seen.clear()
+                self.arrivals.clear()
             return 200, json.dumps(stats).encode()
         if method == "GET":
             return 200, json.dumps({"object": "list", "data": [{"id": self.model}]}).encode()
@@ -108,6 +119,7 @@ class CountingStub:
             prompt = str(body.get("prompt", body.get("input", "")))
         self.requests += 1
         self.seen[prompt] += 1
+        self.arrivals[prompt].append(time.monotonic())
         if self._marked(prompt, "drop-"):
             return None, b""
         self._tick()
@@ -171,7 +183,7 @@ def running(delay: float = 0.0, model: str = "stub", slow: float = 5.0):
     try:
         yield stub
     finally:
-        asyncio.run_coroutine_threadsafe(stub.close(), loop).result(5)
+        asyncio.run_coroutine_threadsafe(stub.shutdown(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
 
