@@ -83,6 +83,61 @@ def test_openai_client_runs_a_batch_end_to_end(asgi_server, celery_worker, key, 
     assert [b.id for b in api.batches.list()] == [batch.id]
 
 
+def completion_line(i):
+    return {"custom_id": f"cmp-{i}", "method": "POST", "url": "/v1/completions",
+            "body": {"model": "stub", "prompt": f"complete {i}", "max_tokens": 8}}
+
+
+def embedding_line(i):
+    return {"custom_id": f"emb-{i}", "method": "POST", "url": "/v1/embeddings",
+            "body": {"model": "stub", "input": f"embed {i}"}}
+
+
+def test_completions_and_embeddings_batches_run_end_to_end(asgi_server, celery_worker, key, stub):
+    deployment(stub.port)
+    api = client(asgi_server, key)
+    finished = {}
+    for endpoint, make in (("/v1/completions", completion_line), ("/v1/embeddings", embedding_line)):
+        f = api.files.create(file=("in.jsonl", io.BytesIO(jsonl([make(i) for i in range(12)]))), purpose="batch")
+        batch = api.batches.create(input_file_id=f.id, endpoint=endpoint, completion_window="24h")
+        finished[endpoint] = batch.id
+    for endpoint, batch_id in finished.items():
+        done = wait_until(lambda: (b := api.batches.retrieve(batch_id)).status == "completed" and b, 60,
+                          f"{endpoint} batch completed")
+        assert done.endpoint == endpoint
+        assert (done.request_counts.completed, done.request_counts.failed) == (12, 0)
+        assert api.files.content(done.error_file_id).text == ""
+        out = {o["custom_id"]: o for o in map(json.loads, api.files.content(done.output_file_id).text.splitlines())}
+        finished[endpoint] = (out, Batch.objects.get(pk=batch_id))
+
+    out, row = finished["/v1/completions"]
+    assert sorted(out) == sorted(f"cmp-{i}" for i in range(12))
+    for i in range(12):
+        o = out[f"cmp-{i}"]
+        assert o["error"] is None and o["response"]["status_code"] == 200
+        body = o["response"]["body"]
+        assert body["object"] == "text_completion" and body["model"] == "stub"
+        [choice] = body["choices"]
+        assert choice["text"] == f"echo: complete {i}" and "message" not in choice
+        assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    assert (row.prompt_tokens, row.completion_tokens) == (2 * 12, 3 * 12)
+
+    out, row = finished["/v1/embeddings"]
+    assert sorted(out) == sorted(f"emb-{i}" for i in range(12))
+    for o in out.values():
+        assert o["error"] is None and o["response"]["status_code"] == 200
+        body = o["response"]["body"]
+        assert body["object"] == "list" and body["model"] == "stub" and "choices" not in body
+        [item] = body["data"]
+        assert item["object"] == "embedding" and item["index"] == 0
+        assert item["embedding"] and all(isinstance(x, float) for x in item["embedding"])
+        assert body["usage"] == {"prompt_tokens": 2, "total_tokens": 2}
+    assert (row.prompt_tokens, row.completion_tokens) == (2 * 12, 0)
+    # each line reached the engine once, on its endpoint (the stub answers by path)
+    assert all(stub.seen[f"complete {i}"] == 1 and stub.seen[f"embed {i}"] == 1 for i in range(12))
+    assert stub.requests == 24
+
+
 def test_lines_fail_alone_and_go_to_the_error_file(asgi_server, celery_worker, key, stub, operator):
     deployment(stub.port)
     gone = deployment(1, model="gone", name="removed later")
