@@ -3,7 +3,7 @@ the real monitor marks the launches Ready, two llama-server processes serve
 the Gemma demo with 1 and with 4 parallel slots, concurrency 4, three
 repetitions each. The verdict must point the right way (four slots: shorter
 TTFT, slower per stream, aggregate throughput not lower), every interval
-must be computed, and nothing may be left running."""
+must be computed, goodput must be measured, and nothing may be left running."""
 import pytest
 
 from inference.benchmarks import experiments
@@ -18,7 +18,8 @@ def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_pro
     experiment = experiments.experiment_create(
         name="1 vs 4 slots", configurations=[{"profile": one.pk, "label": "np1"}, {"profile": four.pk, "label": "np4"}],
         scenario="decode-single-stream", concurrency_levels=[4], repetitions=3, user=operator,
-        overrides={"num_prompts": 8, "num_warmups": 1, "prompt_tokens": 16, "output_tokens": 64})
+        overrides={"num_prompts": 8, "num_warmups": 1, "prompt_tokens": 16, "output_tokens": 64},
+        goodput="e2el:600000")  # ten minutes: every finished request meets it
     assert experiment.order == Experiment.Order.INTERLEAVED  # no GPUs: both may be up at once
     kinds = list(experiment.steps.values_list("kind", "configuration"))
     assert kinds[:2] == [("launch", 0), ("launch", 1)] and kinds[-2:] == [("stop", 0), ("stop", 1)]
@@ -41,9 +42,15 @@ def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_pro
     ratio = row["ratios"][1]
     assert ratio["low"] is not None and ratio["low"] <= ratio["ratio"] <= ratio["high"]
     # Four slots batch the four streams: more tokens per second in aggregate. On two shared CPU cores
-    # the gain is small (about 1.1x here), so it must not come out as a measurable loss.
-    assert row["verdicts"][1] in ("better", "same"), row
+    # the gain is small (about 1.1x here), so it must not come out as a measurable loss: when the
+    # interval excludes 1.0 it must lie above it and read "better", "higher" (an inverted verdict fails).
     print("np1", a, "np4", b, "ratio", ratio, row["sentences"][1])
+    assert row["verdicts"][1] == _expected(ratio, "higher"), row
+    assert row["verdicts"][1] in ("better", "same"), row
+    if row["verdicts"][1] == "better":
+        assert ratio["low"] > 1.0 and "output throughput is" in row["sentences"][1] and "higher" in row["sentences"][1]
+    else:
+        assert "no measurable difference" in row["sentences"][1], row
 
     # The large effects, one in each direction: with one slot three of the four requests wait in the
     # queue (TTFT about 2-3x longer); with four they share the CPU (slower per stream). The point
@@ -54,6 +61,7 @@ def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_pro
     print(ttft["sentences"][1], decode["sentences"][1])
     for metric in (ttft, decode):
         assert all(c["low"] is not None for c in metric["configs"]) and metric["ratios"][1]["low"] is not None
+        assert metric["verdicts"][1] == _expected(metric["ratios"][1], metric["better"]), metric
     assert ttft["ratios"][1]["ratio"] < 1.0 and ttft["verdicts"][1] in ("better", "same"), ttft
     assert decode["ratios"][1]["ratio"] < 1.0 and decode["verdicts"][1] in ("worse", "same"), decode
     if ttft["verdicts"][1] == "better":
@@ -61,10 +69,25 @@ def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_pro
     if decode["verdicts"][1] == "worse":
         assert "slower" in decode["sentences"][1]
 
+    # Goodput was measured with the experiment's SLO; every request met it, so it is the request rate.
+    goodput = next(r for r in point["metrics"] if r["metric"] == "request_goodput")
+    assert all(c["n"] == 3 and c["low"] is not None for c in goodput["configs"]), goodput
+    assert goodput["ratios"][1]["low"] is not None
+    assert all(m["metrics"]["request_goodput"] == pytest.approx(m["metrics"]["request_throughput"])
+               for m in experiments.measurements(done))
+
     # every engine the experiment launched is stopped
     launched = Deployment.objects.filter(profile__in=demo_profiles)
     assert launched.count() == 2
     assert set(launched.values_list("status", flat=True)) == {"stopped"}
+
+
+def _expected(ratio, better):
+    """The verdict the ratio's interval implies, worked out here independently of the code under test."""
+    if ratio["low"] <= 1.0 <= ratio["high"]:
+        return "same"
+    above = ratio["low"] > 1.0
+    return "better" if above == (better == "higher") else "worse"
 
 
 def _worker(log):
