@@ -161,11 +161,12 @@ def with_request_defaults(target: Upstream, path: str, payload: bytes, body: dic
     """The payload for `target`, with the request defaults of its deployment's
     preset added where the request leaves them out (presets.request_additions).
 
-    The gateway's both doors (views.proxy) and the batch runner send through
-    views._open_first, which calls this per replica. `body` is the client's
-    parsed request when the caller has it; without it the payload is parsed
-    here, but only for a deployment that has defaults for `path`. A deployment
-    without any costs one dict lookup, and its payload goes out untouched.
+    Called by open_upstream, per replica: every request the gateway's pieces
+    send to an engine gets it (both doors of views.proxy, the batch runner).
+    `body` is the client's parsed request when the caller has it; without it
+    the payload is parsed here, but only for a deployment that has defaults for
+    `path`. A deployment without any costs one dict lookup, and its payload
+    goes out untouched.
     """
     defaults = target.request_defaults.get(path)
     if not defaults:
@@ -187,9 +188,13 @@ def with_request_defaults(target: Upstream, path: str, payload: bytes, body: dic
     return json.dumps({**json.loads(payload), **added}, separators=(",", ":")).encode()
 
 
-async def open_upstream(target: Upstream, path: str, payload: bytes, stream: bool) -> aiohttp.ClientResponse:
-    """POST to the engine; retry once if a pooled connection turns out closed
-    before any response (nothing was generated yet)."""
+async def open_upstream(target: Upstream, path: str, payload: bytes, stream: bool,
+                        body: dict | None = None) -> aiohttp.ClientResponse:
+    """POST to the engine, with the request defaults of the target's preset
+    (with_request_defaults; `body`: the parsed payload, if the caller has it);
+    retry once if a pooled connection turns out closed before any response
+    (nothing was generated yet)."""
+    payload = with_request_defaults(target, path, payload, body)
     headers = {"Content-Type": "application/json"}
     if stream:
         headers["Accept"] = "text/event-stream"

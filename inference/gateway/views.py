@@ -28,8 +28,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.roles import is_operator, operator_required
 from inference.gateway import keys, routing, selectors, usage
 from inference.gateway.errors import bad_request, error_response, too_large
-from inference.gateway.proxy import (BadBody, Caller, Relay, open_upstream, prepare_body, read_body,
-                                     with_request_defaults)
+from inference.gateway.proxy import BadBody, Caller, Relay, open_upstream, prepare_body, read_body
 from inference.gateway.routing import Upstream
 
 RETRY_AFTER_UNREACHABLE = 5
@@ -220,13 +219,10 @@ async def _checked_request(path, raw_body, streams, info, verdict):
 
 async def _open_first(upstreams, path: str, payload: bytes, stream: bool, body: dict | None = None):
     """The engine's response from the first replica that answers, or (None, None).
-
-    Each replica gets the payload with its preset's request defaults
-    (with_request_defaults; `body` is the parsed request, when the caller has it).
-    """
+    `body`: the parsed request, for the replica's request defaults (open_upstream)."""
     for target in upstreams:
         try:
-            return await open_upstream(target, path, with_request_defaults(target, path, payload, body), stream), target
+            return await open_upstream(target, path, payload, stream, body), target
         except (aiohttp.ClientConnectionError, OSError, TimeoutError):
             continue  # the next replica, if any
     return None, None

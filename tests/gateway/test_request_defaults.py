@@ -114,23 +114,27 @@ def test_only_deployments_of_the_preset_carry_its_defaults(runtime):
     assert all(by_id[d.pk].request_defaults == {} for d in (other, custom, bare, gone))
 
 
-def test_open_first_gives_each_replica_its_own_defaults():
-    """views._open_first is what the gateway's both doors and the batch runner send through."""
+def test_every_engine_request_gets_its_replicas_own_defaults():
+    """proxy.open_upstream is what the gateway's both doors (views._open_first, with
+    the parsed body) and the batch runner (the payload alone) send through."""
     with running_stub() as stub:
         demo = Upstream(1, "demo", f"http://127.0.0.1:{stub.port}", "", GEMMA_DEMO.request_defaults)
         plain = Upstream(2, "plain", f"http://127.0.0.1:{stub.port}", "")
-        raw = json.dumps({"model": "stub-model", "messages": MESSAGES, "max_tokens": 4}).encode()
+        body = {"model": "stub-model", "messages": MESSAGES, "max_tokens": 4}
+        raw = json.dumps(body).encode()
 
-        async def both():
+        async def send_all():
             try:
-                for target in (demo, plain):
-                    response, _target = await views._open_first([target], CHAT_COMPLETIONS, raw, False)
+                opened = [await views._open_first([demo, plain][i:], CHAT_COMPLETIONS, raw, False, body)
+                          for i in (0, 1)]
+                opened += [(await proxy.open_upstream(t, CHAT_COMPLETIONS, raw, False), t) for t in (demo, plain)]
+                for response, _target in opened:
                     await response.read()
                     response.close()
             finally:
                 await clients.upstream().close()
-        asyncio.run(both())
-        assert stub.requests[0]["stop"] == DEMO_STOP and "stop" not in stub.requests[1]
+        asyncio.run(send_all())
+        assert [r.get("stop") for r in stub.requests] == [DEMO_STOP, None, DEMO_STOP, None]
 
 
 def test_both_gateway_doors_add_the_stop_for_the_demo_only(asgi_server, runtime, operator):
