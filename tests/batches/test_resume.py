@@ -1,17 +1,22 @@
-"""Nothing lost, nothing twice: a worker killed with SIGKILL mid-batch, and a
-deployment that crashes mid-batch, against the counting stub engine."""
+"""Nothing lost, nothing twice: a worker killed with SIGKILL mid-batch, a
+deployment that crashes mid-batch, and a cancelled batch resumed with the
+page's Resume button, against the counting stub engine."""
 
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import openai
 import pytest
 from django.conf import settings
+from django.test import Client
 
+from inference.batches import services
 from inference.gateway import keys
 from inference.models import Batch, BatchLine
 from tests.batches.stub import running
@@ -104,3 +109,55 @@ def test_a_deployment_that_crashes_mid_batch_pauses_it_with_the_reason_and_it_re
                           "resumed after the engine came back")
         assert sorted(o["custom_id"] for o in outputs(api, done)) == sorted(f"req-{i}" for i in range(n))
         assert done.request_counts.failed == 0
+
+
+def resume_form(page: str, batch_id: str):
+    """The Resume button's form on a batch page: (action, CSRF token), or None when the page has none."""
+    form = re.search(r'<form method="post" action="([^"]*/resume)"[^>]*>\s*<input type="hidden" '
+                     r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    if form is None:
+        return None
+    assert form.group(1) == f"/batches/{batch_id}/resume"
+    return form.group(1), form.group(2)
+
+
+def test_the_resume_button_sends_the_rest_of_a_cancelled_batch_once_and_only_operators_may_press_it(
+        celery_worker, operator, viewer):
+    n = 100  # 100 lines at 0.3 s and concurrency 4: 7.5 s, so the cancel lands mid-batch
+    with running(delay=0.3) as stub:
+        deployment(stub.port)
+        f = services.file_from_text(jsonl([chat_line(i) for i in range(n)]).decode(), user=operator)
+        batch = services.batch_create(user=operator, input_file=f, endpoint="/v1/chat/completions")
+        wait_until(lambda: Batch.objects.get(pk=batch.pk).completed >= 4, 60, "a part done")
+        services.batch_cancel(Batch.objects.get(pk=batch.pk))
+        cancelled = wait_until(lambda: (b := Batch.objects.get(pk=batch.pk)).status == "cancelled" and b, 30,
+                               "cancelled")
+        kept = cancelled.completed
+        assert 4 <= kept < n and BatchLine.objects.filter(batch=cancelled, status="cancelled").count() == n - kept
+        sent = stub.requests
+
+        browser = Client(enforce_csrf_checks=True)  # the page's own form, CSRF token and all
+        browser.force_login(viewer)
+        page = browser.get(f"/batches/{batch.pk}/").content.decode()
+        assert "cancelled" in page.lower() and resume_form(page, batch.pk) is None  # no button for a viewer
+        token = browser.get("/batches/").cookies["csrftoken"].value
+        refused = browser.post(f"/batches/{batch.pk}/resume", {"csrfmiddlewaretoken": token})
+        assert refused.status_code == 403
+        assert "needs the operator role" in refused.content.decode()  # the role's refusal, not a CSRF failure
+        time.sleep(1.5)  # a resume the viewer's POST queued would be running by now
+        assert Batch.objects.get(pk=batch.pk).status == "cancelled" and stub.requests == sent
+
+        browser.force_login(operator)
+        action, token = resume_form(browser.get(f"/batches/{batch.pk}/").content.decode(), batch.pk)
+        answer = browser.post(action, {"csrfmiddlewaretoken": token}, follow=True)
+        assert answer.status_code == 200 and "Resumed" in answer.content.decode()
+        done = wait_until(lambda: (b := Batch.objects.get(pk=batch.pk)).status == "completed" and b, 60,
+                          "resumed batch completed")
+        assert (done.completed, done.failed, done.total) == (n, 0, n)
+        with open(done.output_file.path) as out:
+            ids = [json.loads(x)["custom_id"] for x in out.read().splitlines()]
+        assert sorted(ids) == sorted(f"req-{i}" for i in range(n))  # every line once
+        assert BatchLine.objects.filter(batch=done).exclude(status="done").count() == 0
+        # the lines answered before the cancel were not sent again; the others were sent once
+        assert stub.requests == n and all(stub.seen[f"line {i}"] == 1 for i in range(n))
+        assert stub.peak <= CONCURRENCY
