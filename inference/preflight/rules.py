@@ -25,7 +25,8 @@ from inference.preflight.fit import GPU, LaunchSettings, parse_cc
 
 RULES_PATH = os.path.join(os.path.dirname(__file__), "rules.toml")
 
-# Builds known to carry sm_70 kernels for current models; matched against the build's name.
+# For a runtime outside the engine catalog: names that say it carries sm_70 kernels. Only that: what it
+# runs on sm_70 (AWQ, NVFP4) comes from its catalog entry (build_runs_quantization).
 SM70_BUILDS = ("1cat-vllm", "1cat_vllm", "vllm-sm70", "sm70")
 
 
@@ -39,11 +40,22 @@ class RuntimeInfo:
     cuda_arch_list: list[str] | None = None   # torch.cuda.get_arch_list(): ["sm_75", "sm_80", "compute_90"]
     name: str = ""                            # the build's name in Kiln, e.g. "1Cat-vLLM 0.10 sm70"
     sm70_build: bool | None = None            # None: guess from the name
+    catalog_key: str = ""                     # the engine catalog build Kiln installed it from
+
+    @property
+    def build(self):
+        """Its engine catalog entry (runtimes.Build): by catalog_key, else by name; None outside the catalog."""
+        from inference.deployments.runtimes import build_of
+
+        return build_of(self.catalog_key, self.name)
 
     @property
     def is_sm70_build(self) -> bool:
         if self.sm70_build is not None:
             return self.sm70_build
+        build = self.build
+        if build is not None:
+            return build.hardware == "sm70"
         name = self.name.lower()
         return any(tag in name for tag in SM70_BUILDS)
 
@@ -145,6 +157,15 @@ def _spec_method(ctx: Context) -> str:
     return str(spec.get("method", "")).lower()
 
 
+def _runs_quantization(ctx: Context) -> bool:
+    """The runtime's catalog entry lists the checkpoint's format. A runtime outside the catalog
+    is taken for stock vLLM unless the planning form's 'sm70 build' box says otherwise."""
+    build = ctx.runtime.build
+    if build is not None and build.quantizations:
+        return ctx.quant in build.quantizations
+    return ctx.runtime.sm70_build is True
+
+
 PREDICATES: dict[str, Callable[[Context, Any], bool]] = {
     "engine": lambda c, v: c.runtime.engine.lower() in [e.lower() for e in v],
     "gpu_cc_below": lambda c, v: c.cc is not None and c.cc < float(v),
@@ -153,6 +174,7 @@ PREDICATES: dict[str, Callable[[Context, Any], bool]] = {
     "kv_cache_dtype_prefix": lambda c, v: str(c.settings.kv_cache_dtype or "").lower().startswith(v),
     "quantization": lambda c, v: c.quant in v,
     "sm70_build": lambda c, v: c.runtime.is_sm70_build == bool(v),
+    "build_runs_quantization": lambda c, v: _runs_quantization(c) == bool(v),
     "arch_list_known": lambda c, v: bool(c.runtime.cuda_arch_list) == bool(v),
     "version_at_least": lambda c, v: bool(c.runtime.version)
     and _version_tuple(c.runtime.version) >= _version_tuple(str(v)),
@@ -181,6 +203,17 @@ def _quant_name(model: Mapping[str, Any], settings: LaunchSettings) -> tuple[str
     except fit.FitError:
         return _normalise_quant(str(q.get("quant_method", "unknown"))), fit.lm_head_quantized(q)
     return _normalise_quant(fmt.name), fmt.lm_head_quantized
+
+
+def launch_needs(model_meta: Mapping[str, Any] | None, settings: LaunchSettings | None
+                 ) -> tuple[str | None, str | None]:
+    """(checkpoint format, speculative method) a launch needs its engine build to run, by the names
+    the engine catalog uses ("none": unquantized); None: no speculative decoding, or no model metadata."""
+    settings = settings or LaunchSettings()
+    model = model_meta or {}
+    quant = _quant_name(model, settings)[0] if (model or settings.quantization) else None
+    method = str((settings.speculative_config or {}).get("method", "")).lower() or None
+    return quant, method
 
 
 def _normalise_quant(name: str) -> str:

@@ -33,6 +33,7 @@ class Finding(Schema):
     message: str
     fix: str
     install_url: str = ""  # the Runtimes page at the engine build to install (catalog findings)
+    notes_url: str = ""  # the Runtimes page at a build Kiln does not install: its notes say how to build it
 
 
 class GpuBudget(Schema):

@@ -117,7 +117,21 @@ def gpus_for_host(host: str, gpu_indices) -> list[GPU]:
 def runtime_info(runtime) -> RuntimeInfo:
     """RuntimeInfo from an EngineRuntime row (the name tells an sm70 build: '1Cat-vLLM ...')."""
     return RuntimeInfo(engine=runtime.engine, version=runtime.version or "", cuda_version=runtime.torch_cuda or None,
-                       cuda_arch_list=list(runtime.cuda_archs) or None, name=runtime.name)
+                       cuda_arch_list=list(runtime.cuda_archs) or None, name=runtime.name,
+                       catalog_key=runtime.catalog_key or "")
+
+
+def host_runtime_infos(runtime) -> list[RuntimeInfo]:
+    """The other runtimes of the same engine registered on a saved runtime's host, as preflight sees
+    them (one may run what this one cannot); installs not finished are left out."""
+    from inference.models import EngineRuntime
+
+    if not isinstance(runtime, EngineRuntime) or runtime.pk is None:
+        return []
+    Status = EngineRuntime.InstallStatus
+    others = (EngineRuntime.objects.filter(host=runtime.host, engine=runtime.engine)
+              .filter(install_status__in=(Status.NONE, Status.INSTALLED)).exclude(pk=runtime.pk))
+    return [runtime_info(r) for r in others]
 
 
 def adhoc_runtime_info(*, engine: str, version: str = "", sm70_build: bool = False) -> RuntimeInfo:
@@ -363,7 +377,8 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
         _tidy_for_hardware(report, cpu=bool(gpus) and gpus[0].compute_capability is None)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
-        findings += catalog_findings(info, gpus, meta)  # which catalog build to install for this hardware
+        # which catalog build to install (or registered runtime to choose) for this launch on this hardware
+        findings += catalog_findings(info, gpus, meta, settings, host_runtimes=host_runtime_infos(runtime))
     except preflight.RulesError as exc:
         findings.append(Finding("error", "rules-file", str(exc), "fix inference/preflight/rules.toml"))
     findings.sort(key=lambda f: f.level != "error")

@@ -42,7 +42,8 @@ window.KilnPreflight = (function () {
     list.replaceChildren(...result.findings.map((f) => el("li", { class: f.level, "data-code": f.code },
       el("span", { class: "badge " + (f.level === "error" ? "red" : "amber") }, LEVEL[f.level] || f.level), " ", f.message,
       el("span", { class: "fix" }, gettext("Fix: "), ...fixNode(f.fix)),
-      f.install_url ? el("a", { class: "button", href: f.install_url, "data-role": "install" }, gettext("Install it")) : null)));
+      f.install_url ? el("a", { class: "button", href: f.install_url, "data-role": "install" }, gettext("Install it")) : null,
+      f.notes_url ? el("a", { class: "button", href: f.notes_url, "data-role": "build-notes" }, gettext("How to build it")) : null)));
     const errors = result.findings.filter((f) => f.level === "error").length;
     const warnings = result.findings.length - errors;
     const state = panel.querySelector('[data-pf="state"]');

@@ -78,6 +78,39 @@ def test_nvfp4_on_stock_vllm_on_v100_is_an_error_and_on_1cat_a_warning():
     assert "nvfp4-needs-sm75" not in codes(fork)
 
 
+# The engine catalog's stock build for V100: it carries sm_70 kernels ("sm70" in its key), but its
+# catalog entry lists only what stock vLLM runs there.
+CATALOG_SM70 = RuntimeInfo("vllm", "0.10.1.1", "12.6", ["sm_70", "sm_75", "sm_80"], name="vllm-0.10.1.1-cu126-sm70")
+CATALOG_SM70_BY_KEY = RuntimeInfo("vllm", "0.10.1.1", "12.6", None, name="v100 engine",
+                                  catalog_key="vllm-0.10.1.1-cu126-sm70")
+
+
+@pytest.mark.parametrize("runtime", [CATALOG_SM70, CATALOG_SM70_BY_KEY], ids=["by-name", "by-catalog-key"])
+def test_the_stock_sm70_build_has_sm70_kernels_but_no_nvfp4_or_awq_ones(runtime):
+    assert runtime.is_sm70_build and runtime.build.key == "vllm-0.10.1.1-cu126-sm70"
+    gpus, settings, meta = PRESETS["Qwen3.8 27B NVFP4 (1x V100 32GB, vLLM + DFlash2)"]
+    nvfp4 = check(runtime, gpus, settings, meta)
+    assert "nvfp4-needs-sm75" in codes(nvfp4, "error") and "nvfp4-emulated-on-sm70" not in codes(nvfp4)
+    fix = next(f.fix for f in nvfp4 if f.code == "nvfp4-needs-sm75")
+    assert "1Cat-vLLM fork" in fix and "AWQ" not in fix  # stock vLLM has no AWQ kernels on sm70 either
+    gpus, settings, meta = PRESETS["Qwen3.8 27B AWQ (2x V100, TP 2, 32K)"]
+    assert "awq-needs-sm75" in codes(check(runtime, gpus, settings, meta), "error")
+    gptq = _with_quant({"quant_method": "gptq", "bits": 4, "group_size": 128})
+    assert not has_errors(check(runtime, [V100], LaunchSettings(dtype="half"), gptq))
+    assert not has_errors(check(runtime, [V100], LaunchSettings(dtype="half"), load("llama3_8b")))
+
+
+def test_a_runtime_outside_the_catalog_is_taken_for_stock_vllm_unless_the_sm70_box_says_otherwise():
+    gpus, settings, meta = PRESETS["Qwen3.8 27B AWQ (2x V100, TP 2, 32K)"]
+    own = RuntimeInfo("vllm", "0.10.1", "12.6", ["sm_70"], name="my vllm-sm70")
+    assert own.build is None and own.is_sm70_build
+    assert "awq-needs-sm75" in codes(check(own, gpus, settings, meta), "error")
+    boxed = RuntimeInfo("vllm", "0.10.1", name="vllm 0.10.1 (sm70 build)", sm70_build=True)
+    assert "awq-needs-sm75" not in codes(check(boxed, gpus, settings, meta))
+    assert ONECAT_VLLM.build.key == "1cat-vllm-sm70"  # the fork by its name
+    assert "awq-needs-sm75" not in codes(check(ONECAT_VLLM, gpus, settings, meta))
+
+
 def test_awq_on_stock_vllm_on_v100_names_the_fork():
     gpus, settings, meta = PRESETS["Qwen3.8 27B AWQ (2x V100, TP 2, 32K)"]
     f = next(x for x in check(STOCK_VLLM, gpus, settings, meta) if x.code == "awq-needs-sm75")
