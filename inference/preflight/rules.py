@@ -157,6 +157,20 @@ def _spec_method(ctx: Context) -> str:
     return str(spec.get("method", "")).lower()
 
 
+def _model_max_len(model: Mapping[str, Any]) -> int | None:
+    """The longest context the model takes: config.json's max_position_embeddings, a GGUF's context_length."""
+    if "general.architecture" in model:
+        value = model.get(f"{model['general.architecture']}.context_length")
+    else:
+        value = fit.text_config(model).get("max_position_embeddings") if model else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _above_model_max(ctx: Context) -> bool:
+    top = _model_max_len(ctx.model)
+    return bool(top and ctx.settings.max_model_len and int(ctx.settings.max_model_len) > top)
+
+
 def _runs_quantization(ctx: Context) -> bool:
     """The runtime's catalog entry lists the checkpoint's format. A runtime outside the catalog
     is taken for stock vLLM unless the planning form's 'sm70 build' box says otherwise."""
@@ -175,6 +189,7 @@ PREDICATES: dict[str, Callable[[Context, Any], bool]] = {
     "quantization": lambda c, v: c.quant in v,
     "sm70_build": lambda c, v: c.runtime.is_sm70_build == bool(v),
     "build_runs_quantization": lambda c, v: _runs_quantization(c) == bool(v),
+    "max_model_len_above_model": lambda c, v: _above_model_max(c) == bool(v),
     "arch_list_known": lambda c, v: bool(c.runtime.cuda_arch_list) == bool(v),
     "version_at_least": lambda c, v: bool(c.runtime.version)
     and _version_tuple(c.runtime.version) >= _version_tuple(str(v)),
@@ -269,7 +284,12 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
         cpu = bool(gpus) and all(g.compute_capability is None for g in gpus)
         nofit = gettext("the model does not fit in this machine's RAM") if cpu \
             else gettext("the model does not fit on these GPUs")
-        for err in fit_report.errors or [nofit]:
+        # The rule says it with the fix; the fit's own line (fit.check_fit) would come with memory advice.
+        too_long = any(f.code == "max-model-len-above-model" for f in findings)
+        errors = [e for e in fit_report.errors if not (too_long and e.startswith("max_model_len "))]
+        if not errors and not too_long:
+            errors = [nofit]
+        for err in errors:
             findings.append(Finding("error", "does-not-fit", err, fix))
     findings.sort(key=lambda f: f.level != "error")
     return findings
@@ -286,6 +306,7 @@ def _fill(text: str, ctx: Context) -> str:
         "driver_cuda": (ctx.gpu.driver_cuda_version if ctx.gpu else None) or "?",
         "backend": ctx.settings.attention_backend or "default",
         "tp": ctx.settings.tensor_parallel_size, "heads": ctx.heads or "?",
+        "max_model_len": ctx.settings.max_model_len or "?", "model_max": _model_max_len(ctx.model) or "?",
     }
     try:
         return text.format(**values)

@@ -47,6 +47,8 @@ MESSAGES = [
     gettext_noop('serve with vLLM (--speculative-config method dflash) or SGLang (--speculative-algorithm DFLASH)'),
     gettext_noop('{heads} attention heads do not split evenly over tensor parallel size {tp}.'),
     gettext_noop('use a tensor parallel size that divides {heads} (1, 2, 4 or 8 usually)'),
+    gettext_noop("a context length of {max_model_len} tokens is more than this model's maximum of {model_max}."),
+    gettext_noop("set --max-model-len (--ctx-size for llama.cpp) to {model_max} or less, or leave it empty for the model's maximum"),
 ]
 
 

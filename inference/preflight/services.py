@@ -374,6 +374,7 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
                                     "re-verify the model so that its config.json or GGUF header is read again"))
     if report is not None:
         _tidy_suggestions(report)
+        _tidy_for_model_max(report, shape.max_position_embeddings)
         _tidy_for_hardware(report, cpu=bool(gpus) and gpus[0].compute_capability is None)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
@@ -467,6 +468,22 @@ def _tidy_suggestions(report: fit.FitReport) -> None:
                 continue
         out.append(s)
     report.suggestions = out
+
+
+# fit.check_fit's advice for a context longer than the room it finds (the model's maximum caps that room)
+CONTEXT_ADVICE = ("--max-model-len ", "--kv-cache-dtype fp8 halves", "--gpu-memory-utilization 0.95 if",
+                  "--enforce-eager frees")
+
+
+def _tidy_for_model_max(report: fit.FitReport, model_max: int | None) -> None:
+    """A context above the model's maximum: the advice is the maximum (the rule
+    max-model-len-above-model says why), not memory changes, when the cache holds the requests anyway."""
+    if not model_max or report.max_model_len <= int(model_max):
+        return
+    rest = report.suggestions
+    if report.max_concurrency_at_context >= 1:
+        rest = [s for s in rest if not s.startswith(CONTEXT_ADVICE)]
+    report.suggestions = [_("--max-model-len %(max)d (the model's maximum)") % {"max": int(model_max)}] + rest
 
 
 def preflight_for_profile(profile) -> dict:

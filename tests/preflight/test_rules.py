@@ -211,6 +211,32 @@ def test_a_fit_report_that_does_not_fit_becomes_an_error_with_its_first_suggesti
     assert f.fix.startswith("--max-model-len")
 
 
+def test_a_max_model_len_above_the_models_maximum_is_an_error_naming_both_and_the_fix():
+    cfg = load("llama3_8b")                          # max_position_embeddings 8192; fits an A100 with room
+    settings = LaunchSettings(dtype="half", max_model_len=16384)
+    report = fit.fit_from_config(cfg, [A100], settings)
+    assert not report.fits
+    findings = check(STOCK_VLLM, [A100], settings, cfg, fit_report=report)
+    assert [f.as_dict() for f in findings] == [{
+        "level": "error", "code": "max-model-len-above-model",
+        "message": "a context length of 16384 tokens is more than this model's maximum of 8192.",
+        "fix": "set --max-model-len (--ctx-size for llama.cpp) to 8192 or less, or leave it empty for the model's "
+               "maximum"}]  # and not the fit's line with memory advice (--gpu-memory-utilization ...)
+    at_max = LaunchSettings(dtype="half", max_model_len=8192)
+    assert check(STOCK_VLLM, [A100], at_max, cfg, fit_report=fit.fit_from_config(cfg, [A100], at_max)) == []
+    gguf = {**GGUF_Q5_K_M_META, "qwen3.context_length": 40960}
+    f = check(LLAMACPP, [A100], LaunchSettings(engine="llamacpp", max_model_len=65536), gguf)
+    assert "max-model-len-above-model" in codes(f, "error") and "40960" in f[0].message
+    # the panel's plan gives the same figure as its first change to make
+    from inference.preflight.services import preflight_for
+    from inference.preflight.services import planning_target
+
+    result = preflight_for(profile_values={"engine": "vllm", "dtype": "half", "max_model_len": 16384},
+                           runtime=STOCK_VLLM, gpus=planning_target("a100-80gb-x1").gpus(), model_meta_override=cfg)
+    assert [f["code"] for f in result["findings"]] == ["max-model-len-above-model"]
+    assert result["fit"]["suggestions"] == ["--max-model-len 8192 (the model's maximum)"]
+
+
 def test_the_rules_file_is_checked_and_names_the_bad_rule(tmp_path):
     bad = tmp_path / "rules.toml"
     bad.write_text('[[rule]]\ncode = "x"\nlevel = "error"\nwhen = { gpu_colour = "red" }\n'
