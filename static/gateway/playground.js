@@ -55,6 +55,7 @@
     };
     const t0 = performance.now();
     let tFirst = null, tLast = null, chunks = 0, usage = null, failure = null, content = "", stopped = false;
+    let finish = "";
     try {
       const res = await fetch("/v1/chat/completions", {
         method: "POST", credentials: "same-origin",
@@ -81,7 +82,9 @@
           const obj = JSON.parse(data);
           if (obj.error) { failure = obj.error.message; continue; }
           if (obj.usage) usage = obj.usage;
-          const delta = obj.choices && obj.choices[0] && obj.choices[0].delta;
+          const choice = obj.choices && obj.choices[0];
+          if (choice && choice.finish_reason) finish = choice.finish_reason;
+          const delta = choice && choice.delta;
           if (delta && delta.content) {
             const now = performance.now();
             if (tFirst === null) tFirst = now;
@@ -111,6 +114,8 @@
     if (failure) parts.push(interpolate(gettext("error: %(message)s"), { message: failure }, true));
     stats(answer, parts.join(" · "), !!failure);
     answer.dataset.ttftMs = tFirst !== null ? String(Math.round(tFirst - t0)) : "";
+    // "stop": the answer ended by itself; "length": cut at max tokens.
+    answer.dataset.finishReason = finish;
     send.disabled = false;
     controller = null;
     stop.hidden = true; send.hidden = false;

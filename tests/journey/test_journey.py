@@ -4,6 +4,11 @@ the Playground and get a sensible answer, run a small benchmark, open the compar
 switch language. Full-page screenshots of each page at 1400 px and 420 px wide go to
 test-artifacts/journey/."""
 
+import json
+import os
+import shlex
+import subprocess
+
 import pytest
 
 from inference.models import BenchmarkRun, Deployment
@@ -12,6 +17,8 @@ from tests.helpers import REPO, needs_llama, wait_until
 pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.browser, pytest.mark.timeout(900)]
 SHOTS = REPO / "test-artifacts" / "journey"
 NEW_PASSWORD = "glaze-and-fire-2026"
+# Template tokens, or a turn label: the answer ran on into a turn the base demo model invented.
+TURN_JUNK = ("<|im_", "<start_of_turn>", "<end_of_turn>", "User:", "Assistant:")
 
 
 def shoot(page, name, lang):
@@ -75,10 +82,20 @@ def test_first_visit_from_sign_in_to_a_benchmark_in_both_languages(
     stats = page.wait_for_selector(".msg.assistant .stats", timeout=180000).inner_text()
     answer = page.inner_text(".msg.assistant .text")
     assert "error" not in stats and "Paris" in answer, (answer, stats)
-    # No template tokens. (The base demo model continues the transcript with a "User:" turn up to
-    # max_tokens: a server-wide stop string cut benchmark requests short, so it is not used.)
-    assert not any(junk in answer for junk in ("<|im_", "<start_of_turn>", "<end_of_turn>"))
+    # No template tokens, and no "User:" turn the base model went on to invent: the answer
+    # ended after its own turn (the demo preset's stop, added by the gateway), not at max tokens.
+    assert not any(junk in answer for junk in TURN_JUNK), answer
+    assert page.get_attribute(".msg.assistant", "data-finish-reason") == "stop", (answer, stats)
     shoot(page, "playground", "en")
+
+    # The deployment page's curl snippet, pasted into a terminal, answers and stops too.
+    page.goto(f"{asgi_server}/deployments/{dep.pk}/")
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    out = subprocess.run(shlex.split(page.inner_text("#snippet-curl")), capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    choice = json.loads(out.stdout)["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"].strip(), choice
+    assert not any(junk in choice["message"]["content"] for junk in TURN_JUNK), choice
 
     page.goto(asgi_server + "/benchmarks/")
     page.select_option("select[name=deployment]", str(dep.pk))
@@ -116,7 +133,9 @@ def test_first_visit_from_sign_in_to_a_benchmark_in_both_languages(
     page.fill("#pg-input", "What is the capital of France?")
     page.click("#pg-send")
     page.wait_for_selector(".msg.assistant .stats", timeout=180000)
-    assert "Paris" in page.inner_text(".msg.assistant .text")
+    answer = page.inner_text(".msg.assistant .text")
+    assert "Paris" in answer and not any(junk in answer for junk in TURN_JUNK), answer
+    assert page.get_attribute(".msg.assistant", "data-finish-reason") == "stop", answer
 
     page.goto(f"{asgi_server}/deployments/{dep.pk}/")
     page.on("dialog", lambda d: d.accept())
