@@ -279,7 +279,51 @@ SENDERS = {
 }
 
 
+REDACTED = "••••"
+
+
+def _secrets_of(channel) -> list[str]:
+    """What must never appear in an error text: the URL (its path and query carry the bot's
+    token: Slack and Feishu in the path, DingTalk and WeCom in the query), each query value,
+    and the signing secret or SMTP password."""
+    found = []
+    for attr in ("url", "secret"):
+        try:
+            value = getattr(channel, attr) or ""
+        except SecretUnreadable:
+            continue
+        if not value:
+            continue
+        found.append(value)
+        if attr == "url":
+            parts = urllib.parse.urlsplit(value)
+            tail = parts.path + ("?" + parts.query if parts.query else "")
+            found += [tail, parts.path, parts.query]
+            found += [v for _name, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+            for v in list(found):
+                found += [urllib.parse.quote(v, safe="/"), urllib.parse.unquote(v)]
+    # Longest first, so the whole URL goes before its parts; very short bits (a "/x" path) are no secret.
+    return sorted({f for f in found if len(f) >= 6}, key=len, reverse=True)
+
+
+def redact(text: str, channel) -> str:
+    """``text`` with the channel's URL, token and secret replaced by ••••."""
+    if not text:
+        return text
+    for secret in _secrets_of(channel):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def send(channel, message: Message) -> Outcome:
+    """Send through the channel's sender; the error text never carries its URL or secret."""
+    outcome = _send(channel, message)
+    if outcome.error:
+        outcome.error = redact(outcome.error, channel)
+    return outcome
+
+
+def _send(channel, message: Message) -> Outcome:
     try:
         return SENDERS[channel.kind](channel, message)
     except httpx.TimeoutException as exc:

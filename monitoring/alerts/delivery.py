@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import queue as queue_module
+import time
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -30,6 +31,8 @@ MAX_DELAY_S = 600.0
 STALE_CLAIM_S = 60.0
 # The backstop leaves a fresh delivery to the worker for this long first.
 BACKSTOP_AFTER_S = 5.0
+# Each attempt's error in the attempt log is cut to this (the row's last error keeps more).
+ATTEMPT_ERROR_CHARS = 300
 
 
 def backoff_s(attempts: int) -> float:
@@ -88,9 +91,12 @@ def deliver(delivery_id: int) -> str | None:
         return None
     row = AlertDelivery.objects.select_related("channel", "event").get(pk=delivery_id)
     message = channels.message_for(row.event, test=row.is_test)
+    started_at, started = timezone.now(), time.monotonic()
     outcome = channels.send(row.channel, message)
     now = timezone.now()
-    fields = {"response_code": outcome.status, "error": outcome.error[:2000], "claimed_at": None}
+    log_entries = _attempt_log(row, started_at, outcome, time.monotonic() - started)
+    fields = {"response_code": outcome.status, "error": outcome.error[:2000], "claimed_at": None,
+              "attempt_log": log_entries}
     retry_in = None
     if outcome.ok:
         fields.update(status=AlertDelivery.Status.SENT, sent_at=now, next_attempt_at=None)
@@ -105,6 +111,18 @@ def deliver(delivery_id: int) -> str | None:
                  row.attempts + 1, retry_in)
         queue([row.pk], countdown=retry_in)
     return fields["status"]
+
+
+def _attempt_log(row, started_at, outcome, took_s: float) -> list[dict]:
+    """The row's attempt log with this attempt added. Attempts counted by a claim whose process
+    died before recording (a worker killed mid-send) get an entry saying so, so the log and
+    the attempt count agree."""
+    entries = [e for e in (row.attempt_log or []) if isinstance(e, dict)]
+    while len(entries) < row.attempts - 1:
+        entries.append({"at": None, "ok": False, "code": None, "error": "", "ms": None, "lost": True})
+    entries.append({"at": started_at.isoformat(), "ok": outcome.ok, "code": outcome.status,
+                    "error": outcome.error[:ATTEMPT_ERROR_CHARS], "ms": round(took_s * 1000)})
+    return entries[-MAX_ATTEMPTS:]
 
 
 def due_ids(limit: int = 20, *, grace_s: float = BACKSTOP_AFTER_S) -> list[int]:

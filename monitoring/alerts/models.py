@@ -2,13 +2,15 @@
 
 An event is one row per incident opening (or its "resolved" message); each
 channel a rule routes it to gets one AlertDelivery row with its status,
-attempts, last response code and error: the alert history page reads these.
+attempts, last response code and error, and each attempt's own record
+(``attempt_log``): the alert history page reads these.
 Celery carries only a delivery's id.
 """
 from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 
 from monitoring.alerts import crypto
@@ -157,6 +159,9 @@ class AlertDelivery(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     response_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # One entry per attempt, oldest first, at most MAX_ATTEMPTS (delivery.py): {"at": ISO time,
+    # "ok": bool, "code": HTTP status or SMTP reply code or None, "error": text (redacted, cut), "ms": duration}.
+    attempt_log = models.JSONField(default=list, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
@@ -166,6 +171,20 @@ class AlertDelivery(models.Model):
         app_label = "monitoring"
         ordering = ["-created", "-pk"]
         indexes = [models.Index(fields=["status", "next_attempt_at"])]
+
+    @property
+    def attempt_rows(self) -> list[dict]:
+        """The attempt log for the page, its times as datetimes (an unreadable time shows as none)."""
+        rows = []
+        for n, entry in enumerate(self.attempt_log or [], start=1):
+            if not isinstance(entry, dict):
+                continue
+            try:
+                at = parse_datetime(entry["at"]) if isinstance(entry.get("at"), str) else None
+            except ValueError:
+                at = None
+            rows.append({**entry, "n": n, "at": at})
+        return rows
 
     @property
     def colour(self):

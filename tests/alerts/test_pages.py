@@ -1,9 +1,16 @@
 """The alerts pages as a user meets them: operators add channels and rules and send a test; viewers read."""
+import re
+from unittest import mock
+
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
-from monitoring.alerts.models import AlertChannel, AlertDelivery, AlertRule
+from monitoring.alerts import delivery
+from monitoring.alerts.events import raise_event
+from monitoring.alerts.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule, Severity
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +139,58 @@ def test_send_a_test_with_an_error_the_sender_does_not_expect_is_a_failure_not_a
     d = AlertDelivery.objects.get()
     assert d.status == "failed" and d.error == "RuntimeError" and "T0K3N" not in d.error
 
+
+
+def attempts_shown(page, delivery_pk):
+    """The codes and texts of the attempts row under one delivery of the history."""
+    row = re.search(rf'<tr class="attempts-row" id="delivery-{delivery_pk}-attempts">(.*?)</details>', page, re.S)
+    assert row, f"no attempts row for delivery {delivery_pk}"
+    return row.group(1), re.findall(r'<tr class="attempt" data-code="(\d*)" data-ok="(true|false)">', row.group(1))
+
+
+def test_every_attempt_is_recorded_and_shown_under_its_delivery(view, receiver):
+    """A receiver that fails twice (500) then answers 200: three attempts, each with its time, code, error."""
+    answers = iter([(500, b"upstream broke"), (500, b"still broken"), (200, b"ok")])
+    receiver.answer = lambda got: next(answers)
+    channel = AlertChannel(name="hook", kind="webhook")
+    channel.url = receiver.url + "/hook"
+    channel.save()
+    AlertRule.objects.create(name="all").channels.set([channel])
+    with mock.patch("monitoring.alerts.delivery.queue"):  # no Redis: the test makes each attempt itself
+        event = raise_event("engine_crashed", subject="qwen crashed", host="gpu1", deployment=3)
+        d = AlertDelivery.objects.get(event=event)
+        for expected in ("pending", "pending", "sent"):
+            AlertDelivery.objects.filter(pk=d.pk).update(next_attempt_at=None)  # due now, not in 5 s
+            assert delivery.deliver(d.pk) == expected
+    d.refresh_from_db()
+    assert d.attempts == 3 and d.status == "sent" and d.response_code == 200
+    log = d.attempt_log
+    assert [a["code"] for a in log] == [500, 500, 200] and [a["ok"] for a in log] == [False, False, True]
+    assert "HTTP 500: upstream broke" in log[0]["error"] and "still broken" in log[1]["error"] and log[2]["error"] == ""
+    times = [parse_datetime(a["at"]) for a in log]
+    assert times == sorted(times) and all(isinstance(a["ms"], int) and a["ms"] >= 0 for a in log)
+
+    page = view.get("/alerts/").content.decode()
+    row, shown = attempts_shown(page, d.pk)
+    assert shown == [("500", "false"), ("500", "false"), ("200", "true")]
+    assert "3 attempts recorded" in row and "upstream broke" in row and "still broken" in row
+    assert timezone.localtime(times[0]).strftime("%Y-%m-%d %H:%M:%S") in row
+
+
+def test_an_attempts_error_never_carries_the_token_url(view, receiver):
+    """A platform whose error page quotes the request (path and query hold the bot's token)."""
+    receiver.answer = lambda got: (404, f"no bot at {receiver.url}{got.path}?key={got.query['key'][0]}".encode())
+    channel = AlertChannel(name="wecom", kind="wecom")
+    channel.url = receiver.url + "/cgi-bin/webhook/send?key=TOKEN-9f8e7d6c5b4a"
+    channel.save()
+    event = AlertEvent.objects.create(kind="engine_crashed", key="deployment:1", severity=Severity.CRITICAL,
+                                      subject="x", occurred=timezone.now())
+    d = AlertDelivery.objects.create(event=event, channel=channel)
+    with mock.patch("monitoring.alerts.delivery.queue"):
+        assert delivery.deliver(d.pk) == "pending"
+    d.refresh_from_db()
+    assert d.attempt_log[0]["code"] == 404 and "TOKEN-9f8e7d6c5b4a" not in repr(d.attempt_log)
+    assert "TOKEN-9f8e7d6c5b4a" not in d.error and "no bot at ••••" in d.error
+    row, shown = attempts_shown(view.get("/alerts/").content.decode(), d.pk)
+    assert shown == [("404", "false")] and "no bot at" in row
+    assert "TOKEN-9f8e7d6c5b4a" not in view.get("/alerts/").content.decode()
