@@ -24,6 +24,7 @@ class Received:
     headers: dict
     body: bytes
     at: float  # time.time() on arrival
+    raw_query: str = ""  # the query string as it came, before any decoding
 
     def json(self):
         return json.loads(self.body)
@@ -48,7 +49,8 @@ class Receiver:
                 body = self.rfile.read(length)
                 parsed = urllib.parse.urlsplit(self.path)
                 item = Received(parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True),
-                                {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                                {k.lower(): v for k, v in self.headers.items()}, body, time.time(),
+                                raw_query=parsed.query)
                 if receiver.delay_s:
                     time.sleep(receiver.delay_s)
                 status, out = receiver.answer(item) if callable(receiver.answer) else receiver.answer

@@ -4,6 +4,8 @@ import base64
 import hashlib
 import hmac
 import time
+import urllib.parse
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -101,10 +103,38 @@ def test_dingtalk_sign_goes_in_the_query_and_body_is_markdown(receiver):
     ts = got.query["timestamp"][0]
     assert len(ts) == 13 and abs(int(ts) / 1000 - time.time()) < 30  # milliseconds
     mac = hmac.new(secret.encode(), f"{ts}\n{secret}".encode(), hashlib.sha256).digest()
-    assert got.query["sign"][0] == base64.b64encode(mac).decode()  # parse_qs undid the one URL encoding
+    signature = base64.b64encode(mac).decode()
+    assert got.query["sign"][0] == signature  # parse_qs undid the one URL encoding
+    # On the wire it is percent-encoded once, whatever characters this signature has.
+    assert raw_param(got, "sign") == urllib.parse.quote(signature, safe="")
     body = got.json()
     assert body["msgtype"] == "markdown" and "Engine crashed" in body["markdown"]["title"]
     assert "[Open in Kiln](/deployments/7/)" in body["markdown"]["text"]
+
+
+def raw_param(got, name):
+    """A query parameter's value as sent, not decoded (parse_qs would turn a raw '+' into a space)."""
+    values = [p.split("=", 1)[1] for p in got.raw_query.split("&") if p.startswith(name + "=")]
+    assert len(values) == 1, got.raw_query
+    return values[0]
+
+
+def test_dingtalk_sign_with_plus_slash_and_equals_is_percent_encoded_in_the_raw_query(receiver, monkeypatch):
+    """A fixed timestamp whose signature has '+', '/' and '=': DingTalk reads the query
+    decoded, so each must arrive as %2B, %2F and %3D (a raw '+' would read as a space)."""
+    secret, ts = "SEC0123456789abcdef", "1767225600000"
+    monkeypatch.setattr(channels, "time", SimpleNamespace(time=lambda: int(ts) / 1000))
+    signature = base64.b64encode(hmac.new(secret.encode(), f"{ts}\n{secret}".encode(), hashlib.sha256).digest()
+                                 ).decode()
+    assert "+" in signature and "/" in signature and signature.endswith("=")  # what this test is about
+    status, _ = send(channel("dingtalk", receiver.url + "/robot/send?access_token=tok", secret))
+    got = receiver.get()
+    assert status == "sent"
+    assert raw_param(got, "timestamp") == ts and raw_param(got, "access_token") == "tok"
+    sign = raw_param(got, "sign")
+    assert sign == signature.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
+    assert not set("+/=") & set(sign)
+    assert urllib.parse.unquote(sign) == signature
 
 
 def test_dingtalk_errcode_is_a_failure(receiver):
@@ -137,11 +167,13 @@ def test_a_receiver_that_is_down_is_retried_with_backoff_then_failed():
         AlertDelivery.objects.filter(pk=d.pk).update(next_attempt_at=None)  # due now
         status = delivery.deliver(d.pk)
         d.refresh_from_db()
-        assert d.attempts == attempt and d.error
+        assert d.attempts == attempt and d.error and len(d.attempt_log) == attempt
         if attempt < delivery.MAX_ATTEMPTS:
             assert status == "pending"
             delays.append((d.next_attempt_at - timezone.now()).total_seconds())
     assert status == "failed" and d.status == "failed"
+    assert [a["ok"] for a in d.attempt_log] == [False] * delivery.MAX_ATTEMPTS
+    assert all(a["code"] is None and a["error"] for a in d.attempt_log)  # nothing listens: no answer code
     assert delays == pytest.approx([5, 10, 20, 40, 80], abs=1.5)  # doubling backoff
 
 
@@ -155,6 +187,31 @@ def test_a_delivery_whose_attempts_are_used_up_fails_instead_of_retrying(receive
     assert d.status == "failed" and d.attempts == delivery.MAX_ATTEMPTS
     assert receiver.received.empty()
     assert d.pk not in delivery.due_ids(grace_s=0)
+
+
+def test_an_attempt_whose_sender_died_is_in_the_log_as_lost(receiver):
+    """A claim counts the attempt before sending; a worker killed mid-send records nothing. The
+    next attempt's log says so, so the log and the attempt count agree."""
+    d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"),
+                                     status="sending", attempts=1,
+                                     claimed_at=timezone.now() - timezone.timedelta(seconds=delivery.STALE_CLAIM_S + 5))
+    assert delivery.deliver(d.pk) == "sent"
+    d.refresh_from_db()
+    assert d.attempts == 2 and len(d.attempt_log) == 2
+    assert d.attempt_log[0]["lost"] is True and d.attempt_log[0]["code"] is None
+    assert d.attempt_log[1]["code"] == 200 and d.attempt_log[1]["ok"] is True
+
+
+def test_the_attempt_log_keeps_each_error_short():
+    c = channel("webhook", "http://127.0.0.1:9/x", "s")
+    d = AlertDelivery.objects.create(event=event(), channel=c)
+    long_error = channels.Outcome(False, 502, "x" * 5000)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(channels, "send", lambda channel, message: long_error)
+        mp.setattr(delivery, "queue", lambda ids, countdown=None: None)
+        delivery.deliver(d.pk)
+    d.refresh_from_db()
+    assert len(d.attempt_log[0]["error"]) == delivery.ATTEMPT_ERROR_CHARS and len(d.error) == 2000
 
 
 def test_an_email_title_with_line_breaks_is_sent_on_one_subject_line(tmp_path):
