@@ -353,7 +353,12 @@ def raise_alert(batch: Batch) -> None:
     """One alert when a batch ends or pauses (monitoring/alerts; never breaks the batch)."""
     from monitoring.alerts import events
 
-    kind = "batch_finished" if batch.status in ("completed", "cancelled") else "batch_failed"
+    # A pause (its deployment went away; it resumes by itself) is not a failure: as "failed" it
+    # misread, and a real failure within a minute was merged into it as a repeat and never sent.
+    kind = {"completed": "batch_finished", "cancelled": "batch_finished", "paused": "batch_paused",
+            "failed": "batch_failed", "expired": "batch_failed"}.get(batch.status)
+    if kind is None:
+        return
     events.raise_event(kind, subject=f"batch {batch.pk} {batch.status}", link=f"/batches/{batch.pk}/",
                        host=batch.host, details={"batch_id": batch.pk, "status": batch.status,
                                                  "reason": batch.reason, "completed": batch.completed,

@@ -59,6 +59,8 @@ KINDS: dict[str, Kind] = {
     "verify_failed": Kind(_("File failed verification"), Severity.CRITICAL, False),
     "batch_finished": Kind(_("Batch finished"), Severity.INFO, False),
     "batch_failed": Kind(_("Batch failed"), Severity.WARNING, False),
+    # Its deployment went away; it resumes when that is ready again (its own kind: a pause is no failure).
+    "batch_paused": Kind(_("Batch paused"), Severity.WARNING, False),
     "experiment_finished": Kind(_("Experiment finished"), Severity.INFO, False),
     "experiment_failed": Kind(_("Experiment failed"), Severity.WARNING, False),
     "host_offline": Kind(_("Host monitor silent (host offline)"), Severity.CRITICAL, True),
