@@ -80,17 +80,18 @@ def benchmark_import(request, file: UploadedFile = File(None), label: Text = For
     """Import a `vllm bench serve --save-result` file (JSON or JSONL) or a guidellm report as a finished run."""
     if file is not None:
         if "\x00" in (file.name or ""):
-            raise ApiError("invalid", "file: the file name must not contain a NUL character (\\x00).",
-                           fields={"file": "must not contain a NUL character (\\x00)"})
+            raise ApiError("invalid", _("file: the file name must not contain a NUL character (\\x00)."),
+                           fields={"file": _("must not contain a NUL character (\\x00)")})
         data, name = file.read(), file.name
     elif request.content_type == "multipart/form-data":
-        raise ApiError("invalid", _("file: choose a result file to import."), fields={"file": "Field required"})
+        raise ApiError("invalid", _("file: choose a result file to import."), fields={"file": _("Field required")})
     else:
         try:
             data = request.body
         except RequestDataTooBig:  # over settings.DATA_UPLOAD_MAX_MEMORY_SIZE; an upload streams instead
-            message = "The body is too large to read in one piece: send a large result as the multipart field `file`."
-            raise ApiError("too_large", message, fields={"file": "too large for a request body"}) from None
+            message = _("The body is too large to read in one piece: send a large result as the multipart field "
+                        "`file`.")
+            raise ApiError("too_large", message, fields={"file": _("too large for a request body")}) from None
     try:
         run = services.benchmark_import(data=data, file_name=name, user=request.user, label=label)
     except services.BenchmarkInputError as exc:
@@ -121,7 +122,8 @@ def benchmark_export(request, run_id: RowId):
     """The run as `vllm bench serve --save-result` JSON (a list for a sweep), as a file to save."""
     run = run_or_404(run_id)
     if not run.result:
-        raise ApiError("no_result", _("Run #%(id)s is %(status)s and has no result to export yet.") % {"id": run_id, "status": run.get_status_display()}, 409)
+        raise ApiError("no_result", _("Run #%(id)s is %(status)s and has no result to export yet.")
+                       % {"id": run_id, "status": run.get_status_display()}, 409)
     response = HttpResponse(json.dumps(services.benchmark_export(run), indent=2, default=str),
                             content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="kiln-benchmark-{run.pk}.json"'

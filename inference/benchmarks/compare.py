@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 # Detailed per-request lists in vLLM result files: kept out of comparisons.
 VLLM_DETAIL_FIELDS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "latencies",
                       "queue_times", "generated_texts", "errors")
@@ -102,7 +104,7 @@ def load_results(source: str | Path | dict | list) -> list[dict]:
     if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith(("{", "["))):
         path = Path(source)
         if not path.is_file():
-            raise ResultFormatError(f"No result file at {path}.")
+            raise ResultFormatError(_("No result file at %(path)s.") % {"path": path})
         text = path.read_text(encoding="utf-8")
         # `vllm bench serve --append-result` writes one JSON object per line.
         try:
@@ -111,24 +113,24 @@ def load_results(source: str | Path | dict | list) -> list[dict]:
             try:
                 data = [json.loads(line) for line in text.splitlines() if line.strip()]
             except ValueError as exc:
-                raise ResultFormatError(f"{path} is not JSON: {exc}") from None
+                raise ResultFormatError(_("%(path)s is not JSON: %(error)s") % {"path": path, "error": exc}) from None
     elif isinstance(source, str):
         try:
             data = json.loads(source)
         except ValueError as exc:
-            raise ResultFormatError(f"Result text is not JSON: {exc}") from None
+            raise ResultFormatError(_("Result text is not JSON: %(error)s") % {"error": exc}) from None
     if isinstance(data, list):
         return [r for item in data for r in load_results(item)]
     if not isinstance(data, dict):
-        raise ResultFormatError("A result must be a JSON object.")
+        raise ResultFormatError(_("A result must be a JSON object."))
     if isinstance(data.get("benchmarks"), list):
         return from_guidellm(data)
     if "completed" in data and ("request_throughput" in data or "mean_e2el_ms" in data):
         return [from_vllm(data)]
-    raise ResultFormatError(
+    raise ResultFormatError(_(
         "Not a known result format: expected a `vllm bench serve --save-result` file "
         "(with 'completed' and 'request_throughput') or a guidellm report (with 'benchmarks')."
-    )
+    ))
 
 
 def from_vllm(data: dict) -> dict:
@@ -234,11 +236,12 @@ def compare(results: list[dict], baseline: int = 0, launch_argvs: list[list[str]
     launch_args: the flags whose values differ between the runs' argv lists.
     """
     if len(results) < 2:
-        raise ValueError("Comparing needs at least two results.")
+        raise ValueError(_("Comparing needs at least two results."))
     if not 0 <= baseline < len(results):
-        raise ValueError(f"Baseline index {baseline} is out of range for {len(results)} results.")
+        raise ValueError(_("Baseline index %(index)s is out of range for %(count)s results.")
+                         % {"index": baseline, "count": len(results)})
     if launch_argvs is not None and len(launch_argvs) != len(results):
-        raise ValueError("Give one argv list per result (or none at all).")
+        raise ValueError(_("Give one argv list per result (or none at all)."))
     rows = []
     for metric, better in COMPARED_METRICS.items():
         values = [_number(r.get(metric)) for r in results]
@@ -349,5 +352,5 @@ def roofline_decode_tokens_per_s(memory_bandwidth_gbps: float, weight_bytes: flo
     weight once, so tokens/s <= bandwidth / weight bytes (KV-cache reads and
     kernel overheads only lower it; speculative decoding can beat it)."""
     if memory_bandwidth_gbps <= 0 or weight_bytes <= 0:
-        raise ValueError("Memory bandwidth and weight size must both be positive.")
+        raise ValueError(_("Memory bandwidth and weight size must both be positive."))
     return memory_bandwidth_gbps * 1e9 / weight_bytes

@@ -691,7 +691,7 @@ def analysis(experiment: Experiment) -> dict:
         scenario = SCENARIOS.get(name)
         result = verdict.analyse(mine, labels)
         result["scenario"] = name
-        result["title"] = str(scenario.title) if scenario else name
+        result["title"] = _(scenario.title) if scenario else name
         result["curves"] = verdict.curves(mine, labels, experiment.slo_decode_tok_s)
         workloads.append(result)
     argvs: dict[int, list] = {}

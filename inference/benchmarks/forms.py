@@ -37,7 +37,7 @@ class ExperimentForm(forms.Form):
     label_b = forms.CharField(label=_("Label of B"), required=False, max_length=40)
     config_c = forms.ChoiceField(label=_("C (optional)"), required=False)
     label_c = forms.CharField(label=_("Label of C"), required=False, max_length=40)
-    scenario = forms.ChoiceField(label=_("Workload"), choices=[(s.name, s.title) for s in SCENARIOS.values()])
+    scenario = forms.ChoiceField(label=_("Workload"), choices=[(s.name, _(s.title)) for s in SCENARIOS.values()])
     concurrency_levels = forms.CharField(label=_("Concurrency levels"), required=False,
                                          help_text=_("e.g. 1,4,16; empty = the workload's own"))
     prompt_lengths = forms.CharField(label=_("Prompt lengths (tokens)"), required=False,

@@ -29,7 +29,8 @@ from inference.benchmarks import metrics as metrics_mod
 from inference.benchmarks.clients import AiohttpClient, HttpxClient
 from inference.benchmarks.lean import LeanClient
 from inference.benchmarks.records import (CLIENT_NAMES, DEFAULT_CLIENT, BenchmarkConfig, BenchmarkError,
-                                          LoadShape, ProgressUpdate, RequestRecord, RequestSpec, RunResult)
+                                          LoadShape, ProgressUpdate, RequestRecord, RequestSpec, RunResult,
+                                          gettext_noop)
 from inference.benchmarks.server import metrics_delta, scrape
 from inference.benchmarks.stream import Deferred, build_payload, send_request
 
@@ -242,7 +243,7 @@ async def arun_benchmark(config: BenchmarkConfig, requests: Sequence[RequestSpec
                          _step: tuple[int, int] = (0, 1)) -> RunResult:
     config.validate()
     if not requests:
-        raise BenchmarkError("No requests to send: give at least one prompt.")
+        raise BenchmarkError(gettext_noop("No requests to send: give at least one prompt."))
     limit = config.load.concurrency if config.load.concurrency else None
     extra = {"step": _step[0], "steps": _step[1], "concurrency": config.load.concurrency}
     async with CLIENTS[config.client](limit, config.timeout_s) as client:

@@ -24,8 +24,29 @@ DEFAULT_CLIENT = "lean"
 CLIENT_NAMES = ("lean", "aiohttp", "httpx")
 
 
+def gettext_noop(message: str) -> str:
+    """Mark a message for makemessages without translating it here.
+
+    The harness also runs as plain Python (bench/*.py, without Django's
+    settings, which Django's own gettext_noop reads); the panel translates
+    the English msgid when it shows the message (BenchmarkError.translated)."""
+    return message
+
+
 class BenchmarkError(Exception):
-    """A benchmark could not run; the message says what to fix."""
+    """A benchmark could not run; the message says what to fix.
+
+    Keeps its msgid and values apart: str() is the English text, translated()
+    the text in the language a Django caller has active."""
+
+    def __init__(self, message: str, **params):
+        self.msgid, self.params = message, params
+        super().__init__(message % params if params else message)
+
+    def translated(self, gettext) -> str:
+        """The message through `gettext` (Django's, passed in: this module stays plain Python)."""
+        text = gettext(self.msgid)
+        return text % self.params if self.params else text
 
 
 class ServerHTTPError(Exception):
@@ -52,13 +73,14 @@ class LoadShape:
 
     def validate(self) -> None:
         if self.kind not in ("concurrency", "rate"):
-            raise BenchmarkError(f"Unknown load shape {self.kind!r}: use 'concurrency' or 'rate'.")
+            raise BenchmarkError(gettext_noop("Unknown load shape %(kind)r: use 'concurrency' or 'rate'."),
+                                 kind=self.kind)
         if self.kind == "concurrency" and (not self.concurrency or self.concurrency < 1):
-            raise BenchmarkError("A fixed-concurrency load needs concurrency >= 1.")
+            raise BenchmarkError(gettext_noop("A fixed-concurrency load needs concurrency >= 1."))
         if self.kind == "rate" and not self.request_rate > 0:
-            raise BenchmarkError("A request-rate load needs request_rate > 0 (inf sends all at once).")
+            raise BenchmarkError(gettext_noop("A request-rate load needs request_rate > 0 (inf sends all at once)."))
         if self.burstiness <= 0:
-            raise BenchmarkError("burstiness must be > 0 (1.0 is a Poisson process).")
+            raise BenchmarkError(gettext_noop("burstiness must be > 0 (1.0 is a Poisson process)."))
 
 
 @dataclass
@@ -95,14 +117,18 @@ class BenchmarkConfig:
 
     def validate(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
-            raise BenchmarkError(f"base_url {self.base_url!r} must start with http:// or https://.")
+            raise BenchmarkError(gettext_noop("base_url %(url)r must start with http:// or https://."),
+                                 url=self.base_url)
         if self.endpoint not in ("chat", "completions"):
-            raise BenchmarkError(f"Unknown endpoint {self.endpoint!r}: use 'chat' or 'completions'.")
+            raise BenchmarkError(gettext_noop("Unknown endpoint %(endpoint)r: use 'chat' or 'completions'."),
+                                 endpoint=self.endpoint)
         if self.client not in CLIENT_NAMES:
-            raise BenchmarkError(f"Unknown HTTP client {self.client!r}: use one of {sorted(CLIENT_NAMES)}.")
+            raise BenchmarkError(gettext_noop("Unknown HTTP client %(client)r: use one of %(names)s."),
+                                 client=self.client, names=sorted(CLIENT_NAMES))
         for name in self.goodput_slos:
             if name not in ("ttft", "tpot", "e2el"):
-                raise BenchmarkError(f"Unknown goodput SLO {name!r}: use ttft, tpot or e2el (milliseconds).")
+                raise BenchmarkError(gettext_noop("Unknown goodput SLO %(name)r: use ttft, tpot or e2el "
+                                                  "(milliseconds)."), name=name)
         self.load.validate()
 
 

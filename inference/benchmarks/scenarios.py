@@ -30,6 +30,7 @@ from inference.benchmarks.harness import (
     run_benchmark,
     run_sweep,
 )
+from inference.benchmarks.records import gettext_noop
 from inference.benchmarks.server import ServerTokenizer
 
 CountTokens = Callable[[str], int]
@@ -38,8 +39,8 @@ CountTokens = Callable[[str], int]
 @dataclass(frozen=True)
 class Scenario:
     name: str  # slug, stored on the BenchmarkRun row
-    title: str
-    description: str
+    title: str  # English msgid (marked below): the panel translates it where it shows it
+    description: str  # the same
     load: LoadShape
     prompt_tokens: int
     output_tokens: int
@@ -66,43 +67,43 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             name="decode-single-stream",
-            title="Decode, single stream",
-            description="One request at a time, short prompt, long answer: the tokens/s one user sees. "
-                        "Compare with the roofline (memory bandwidth / weight bytes).",
+            title=gettext_noop("Decode, single stream"),
+            description=gettext_noop("One request at a time, short prompt, long answer: the tokens/s one user sees. "
+                                     "Compare with the roofline (memory bandwidth / weight bytes)."),
             load=LoadShape("concurrency", 1),
             prompt_tokens=128, output_tokens=512, num_prompts=5, num_warmups=1,
         ),
         Scenario(
             name="prefill-long-prompt",
-            title="Prefill, long prompt (TTFT)",
-            description="One request at a time with a 4K-token prompt and a short answer: "
-                        "time to first token is prompt processing speed.",
+            title=gettext_noop("Prefill, long prompt (TTFT)"),
+            description=gettext_noop("One request at a time with a 4K-token prompt and a short answer: "
+                                     "time to first token is prompt processing speed."),
             load=LoadShape("concurrency", 1),
             prompt_tokens=4096, output_tokens=16, num_prompts=5, num_warmups=1,
         ),
         Scenario(
             name="concurrency-sweep",
-            title="Concurrency sweep 1-32",
-            description="Fixed concurrency 1, 8, 16 and 32: how throughput grows and latency "
-                        "degrades as users are added.",
+            title=gettext_noop("Concurrency sweep 1-32"),
+            description=gettext_noop("Fixed concurrency 1, 8, 16 and 32: how throughput grows and latency "
+                                     "degrades as users are added."),
             load=LoadShape("concurrency", 1),
             prompt_tokens=512, output_tokens=256, num_prompts=8, num_warmups=2,
             sweep=(1, 8, 16, 32), prompts_per_concurrency=4,
         ),
         Scenario(
             name="long-context-8k",
-            title="Long context 8K",
-            description="8K tokens in total (7936 prompt + 256 answer) at concurrency 2: "
-                        "KV-cache pressure and long-sequence attention speed.",
+            title=gettext_noop("Long context 8K"),
+            description=gettext_noop("8K tokens in total (7936 prompt + 256 answer) at concurrency 2: "
+                                     "KV-cache pressure and long-sequence attention speed."),
             load=LoadShape("concurrency", 2),
             prompt_tokens=7936, output_tokens=256, num_prompts=6, num_warmups=1,
         ),
         Scenario(
             name="prefix-cache",
-            title="Prefix cache",
-            description="Every prompt shares a 2048-token prefix (a system prompt or document) "
-                        "plus a short unique question: TTFT with prefix caching, and the server's "
-                        "cache hit rate from /metrics.",
+            title=gettext_noop("Prefix cache"),
+            description=gettext_noop("Every prompt shares a 2048-token prefix (a system prompt or document) "
+                                     "plus a short unique question: TTFT with prefix caching, and the server's "
+                                     "cache hit rate from /metrics."),
             load=LoadShape("concurrency", 4),
             prompt_tokens=2176, output_tokens=128, num_prompts=24, num_warmups=1,
             shared_prefix_tokens=2048,
@@ -115,7 +116,9 @@ def get_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"Unknown benchmark scenario {name!r}; choose one of: {', '.join(SCENARIOS)}.") from None
+        # The same msgid as services.scenario_with_overrides' refusal, which the panel shows translated.
+        raise ValueError(gettext_noop("Unknown benchmark scenario %(name)r; choose one of: %(names)s.")
+                         % {"name": name, "names": ", ".join(SCENARIOS)}) from None
 
 
 # Common, short English words: they tokenize to about one token each in every
@@ -144,7 +147,7 @@ def build_prompt(target_tokens: int, count_tokens: CountTokens, rng: random.Rand
     """Text of about `target_tokens` tokens (counted with `count_tokens`),
     starting with `prefix`. Returns (text, measured tokens)."""
     if target_tokens < 1:
-        raise ValueError("A prompt needs at least 1 token.")
+        raise ValueError(gettext_noop("A prompt needs at least 1 token."))
     head = [prefix] if prefix else []
     body: list[str] = []
     guess = max(1, target_tokens - (count_tokens(prefix) if prefix else 0))

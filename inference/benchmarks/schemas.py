@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Optional, Union
 
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WrapValidator
 from pydantic_core import PydanticCustomError
 
@@ -21,7 +22,7 @@ from inference.benchmarks.services import OVERRIDE_LIMITS
 def _not_given(value):
     """An HTML form posts an empty field as "": that means "keep the preset's value"."""
     if isinstance(value, bool):  # JSON true/false is not a number, whatever Python thinks
-        raise PydanticCustomError("int_type", "Input should be a valid integer")
+        raise PydanticCustomError("int_type", _("Input should be a valid integer"))
     return None if value in ("", None) else value
 
 
@@ -31,8 +32,9 @@ def _between(low: int, high: int):
             return handler(value)
         except ValidationError as exc:
             if any(e["type"] in ("greater_than_equal", "less_than_equal") for e in exc.errors()):
-                raise PydanticCustomError("out_of_range", "must be between {low} and {high}, not {value}",
-                                          {"low": low, "high": high, "value": value}) from None
+                # Worded here, at validation time: the request's language is active now, not at import.
+                raise PydanticCustomError("out_of_range", _("must be between %(low)s and %(high)s, not %(value)s")
+                                          % {"low": low, "high": high, "value": value}) from None
             raise
 
     return WrapValidator(check)
@@ -60,15 +62,15 @@ def _sweep(value, handler):
         return None
     if isinstance(value, str):
         value = [v for v in value.replace(" ", "").split(",") if v]
-    whole_numbers = PydanticCustomError("sweep", "give concurrency levels as whole numbers, e.g. 1,2,4")
+    whole_numbers = PydanticCustomError("sweep", _("give concurrency levels as whole numbers, e.g. 1,2,4"))
     if isinstance(value, list) and any(isinstance(v, bool) for v in value):
         raise whole_numbers
     try:
         return handler(value)
     except ValidationError as exc:
         if value and all(e["type"] in ("greater_than_equal", "less_than_equal") for e in exc.errors()):
-            raise PydanticCustomError("out_of_range", "every concurrency level must be between {low} and {high}",
-                                      {"low": CONCURRENCY[0], "high": CONCURRENCY[1]}) from None
+            raise PydanticCustomError("out_of_range", _("every concurrency level must be between %(low)s and %(high)s")
+                                      % {"low": CONCURRENCY[0], "high": CONCURRENCY[1]}) from None
         raise whole_numbers from None
 
 

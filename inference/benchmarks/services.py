@@ -16,6 +16,7 @@ from pathlib import Path
 from django.forms.models import model_to_dict
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from dashboard import jobs
 from dashboard.celery import host_queue
@@ -113,10 +114,10 @@ def goodput_text(slos) -> str:
 def scenario_with_overrides(name: str, overrides: dict | None = None) -> Scenario:
     """The preset `name` with the form's overrides (only OVERRIDE_LIMITS keys and
     `sweep`, a list of concurrency levels)."""
-    try:
-        scenario = get_scenario(name)
-    except ValueError as exc:
-        raise BenchmarkInputError(str(exc)) from None
+    if name not in SCENARIOS:  # get_scenario's message, in the reader's language
+        raise BenchmarkInputError(_("Unknown benchmark scenario %(name)r; choose one of: %(names)s.")
+                                  % {"name": name, "names": ", ".join(SCENARIOS)})
+    scenario = get_scenario(name)
     changes: dict = {}
     for key, value in (overrides or {}).items():
         if value in (None, "", []):
@@ -128,29 +129,32 @@ def scenario_with_overrides(name: str, overrides: dict | None = None) -> Scenari
             try:
                 levels = tuple(int(v) for v in levels)
             except (TypeError, ValueError):
-                raise BenchmarkInputError("sweep: give concurrency levels as whole numbers, e.g. 1,2,4.") from None
+                raise BenchmarkInputError(_("sweep: give concurrency levels as whole numbers, e.g. 1,2,4.")) from None
             low, high = OVERRIDE_LIMITS["concurrency"]  # a sweep's levels are concurrencies
             if not levels or any(not low <= v <= high for v in levels):
-                raise BenchmarkInputError(f"sweep: every concurrency level must be between {low} and {high}.")
+                raise BenchmarkInputError(_("sweep: every concurrency level must be between %(low)s and %(high)s.")
+                                          % {"low": low, "high": high})
             changes["sweep"] = levels
             continue
         if key not in OVERRIDE_LIMITS:
-            raise BenchmarkInputError(f"{key}: not something a run can override; use one of "
-                                      f"{', '.join(sorted(OVERRIDE_LIMITS))} or sweep.")
+            raise BenchmarkInputError(_("%(key)s: not something a run can override; use one of %(names)s or sweep.")
+                                      % {"key": key, "names": ", ".join(sorted(OVERRIDE_LIMITS))})
         low, high = OVERRIDE_LIMITS[key]
         try:
             number = int(value)
         except (TypeError, ValueError):
-            raise BenchmarkInputError(f"{key}: {value!r} is not a whole number.") from None
+            raise BenchmarkInputError(_("%(key)s: %(value)r is not a whole number.")
+                                      % {"key": key, "value": value}) from None
         if not low <= number <= high:
-            raise BenchmarkInputError(f"{key}: must be between {low} and {high}, not {number}.")
+            raise BenchmarkInputError(_("%(key)s: must be between %(low)s and %(high)s, not %(value)s.")
+                                      % {"key": key, "low": low, "high": high, "value": number})
         if key == "concurrency":
             changes["load"] = dataclasses.replace(scenario.load, concurrency=number)
         else:
             changes[key] = number
     if "prompt_tokens" in changes and scenario.shared_prefix_tokens >= changes["prompt_tokens"]:
-        raise BenchmarkInputError(f"prompt_tokens: the prefix-cache scenario shares a {scenario.shared_prefix_tokens}"
-                                  "-token prefix; give a longer prompt.")
+        raise BenchmarkInputError(_("prompt_tokens: the prefix-cache scenario shares a %(tokens)s-token prefix; "
+                                    "give a longer prompt.") % {"tokens": scenario.shared_prefix_tokens})
     return dataclasses.replace(scenario, **changes)
 
 
@@ -267,8 +271,9 @@ def benchmark_start(*, deployment: Deployment, scenario: str, user, label: str =
     `goodput`: SLOs as goodput_slos() takes them (none: goodput is not measured).
     The row records the outcome either way (a broker that does not answer fails it)."""
     if deployment.status != Deployment.Status.READY or not deployment.port:
-        raise BenchmarkInputError(f"Deployment {deployment.name!r} is {deployment.get_status_display().lower()}; "
-                                  "a benchmark needs a ready deployment. Launch it and wait for Ready.",
+        raise BenchmarkInputError(_("Deployment %(name)r is %(status)s; a benchmark needs a ready deployment. "
+                                    "Launch it and wait for Ready.")
+                                  % {"name": deployment.name, "status": deployment.get_status_display().lower()},
                                   code="not_ready")
     chosen = scenario_with_overrides(scenario, overrides)
     slos = goodput_slos(goodput)
@@ -287,7 +292,8 @@ def benchmark_row(*, deployment: Deployment, scenario: Scenario, label: str = ""
     if goodput_slos:
         config["goodput_slos"] = dict(goodput_slos)
     return BenchmarkRun.objects.create(
-        deployment=deployment, scenario=scenario.name, label=label.strip()[:200] or scenario.title,
+        # The preset's title in the starter's language: from then on the label is the run's own text.
+        deployment=deployment, scenario=scenario.name, label=label.strip()[:200] or _(scenario.title),
         source=BenchmarkRun.Source.KILN, config=config, snapshot=snapshot,
         model_name=snapshot["model"]["name"], engine=deployment.engine, gpu_name=snapshot["gpu"]["name"],
         progress={"phase": "queued", "percent": 0}, created_by=user,
@@ -302,9 +308,10 @@ def benchmark_cancel(*, run: BenchmarkRun, user=None) -> BenchmarkRun:
     """A queued run is cancelled at once; a running one at its next progress
     check (the worker stops sending and keeps what finished)."""
     if run.is_finished:
-        raise BenchmarkInputError(f"Run #{run.pk} already {run.status}; nothing to cancel.", code="finished")
+        raise BenchmarkInputError(_("Run #%(id)s already %(status)s; nothing to cancel.")
+                                  % {"id": run.pk, "status": run.get_status_display().lower()}, code="finished")
     if run.source != BenchmarkRun.Source.KILN:
-        raise BenchmarkInputError("Imported results do not run; nothing to cancel.", code="finished")
+        raise BenchmarkInputError(_("Imported results do not run; nothing to cancel."), code="finished")
     BenchmarkRun.objects.filter(pk=run.pk).update(cancel_requested=True)
     if _finish(run.pk, BenchmarkRun.Status.CANCELLED, error="", only_from=(BenchmarkRun.Status.QUEUED,)):
         _publish(run.pk)
@@ -384,15 +391,16 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
     _publish(run_id)
     deployment = run.deployment
     if deployment is None or deployment.status != Deployment.Status.READY or not deployment.base_url:
-        state = deployment.status if deployment else "deleted"
-        _finish(run_id, BenchmarkRun.Status.FAILED, error=f"The deployment is {state}, not ready: launch it again "
-                "and start a new run.")
+        state = deployment.get_status_display().lower() if deployment else _("deleted")
+        _finish(run_id, BenchmarkRun.Status.FAILED, error=_("The deployment is %(status)s, not ready: launch it "
+                                                            "again and start a new run.") % {"status": state})
         _publish(run_id)
         return
     try:
         scenario = scenario_from_config(run.config)
     except (TypeError, ValueError, KeyError) as exc:
-        _finish(run_id, BenchmarkRun.Status.FAILED, error=f"The stored scenario is not valid ({exc}).")
+        _finish(run_id, BenchmarkRun.Status.FAILED, error=_("The stored scenario is not valid (%(error)s).")
+                % {"error": exc})
         _publish(run_id)
         return
 
@@ -433,7 +441,7 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
 def _record(run: BenchmarkRun, scenario: Scenario, outcome: dict, cancelled: bool, progress: dict) -> None:
     error = outcome.get("error")
     if error is not None:
-        message = str(error) if isinstance(error, BenchmarkError) else f"{type(error).__name__}: {error}"
+        message = error.translated(_) if isinstance(error, BenchmarkError) else f"{type(error).__name__}: {error}"
         _finish(run.pk, BenchmarkRun.Status.FAILED, error=message, progress={**progress, "phase": "failed"})
         return
     scenario_run = outcome["run"]
@@ -452,8 +460,10 @@ def _record(run: BenchmarkRun, scenario: Scenario, outcome: dict, cancelled: boo
         for s in steps:
             for text, n in (s.get("error_counts") or {}).items():
                 errors[text] = errors.get(text, 0) + n
-        first = max(errors, key=errors.get) if errors else "no request finished"
-        status, message = BenchmarkRun.Status.FAILED, f"Every request failed: {first}"
+        first = max(errors, key=errors.get) if errors else gettext_noop("no request finished")
+        # The harness marks its own errors (stream.py) with gettext_noop; a server's text passes unchanged.
+        status = BenchmarkRun.Status.FAILED
+        message = _("Every request failed: %(error)s") % {"error": _(first) if first else first}
     else:
         status, message = BenchmarkRun.Status.SUCCEEDED, ""
     progress = {**progress, "phase": status, "percent": 100.0 if status == "succeeded" else progress.get("percent", 0)}
@@ -462,7 +472,8 @@ def _record(run: BenchmarkRun, scenario: Scenario, outcome: dict, cancelled: boo
 
 def benchmark_fail_unexpected(run_id: int, exc: BaseException) -> None:
     """The task's last resort: a row is never left running."""
-    _finish(run_id, BenchmarkRun.Status.FAILED, error=f"The worker failed: {type(exc).__name__}: {exc}",
+    _finish(run_id, BenchmarkRun.Status.FAILED, error=_("The worker failed: %(error)s")
+            % {"error": f"{type(exc).__name__}: {exc}"},
             only_from=(BenchmarkRun.Status.QUEUED, BenchmarkRun.Status.RUNNING))
     _publish(run_id)
 
@@ -478,21 +489,24 @@ def benchmark_import(*, data: bytes, file_name: str = "", user=None, label: str 
     """A `vllm bench serve --save-result` file (JSON or --append-result JSONL)
     or a guidellm report as one finished row (one step per result in it)."""
     if not data:
-        raise BenchmarkInputError("The file is empty: choose a vllm bench --save-result JSON or a guidellm report.")
+        raise BenchmarkInputError(_("The file is empty: choose a vllm bench --save-result JSON or a guidellm "
+                                    "report."))
     if len(data) > MAX_IMPORT_BYTES:
-        raise BenchmarkInputError(f"The file is {len(data) // 2**20} MiB; results larger than "
-                                  f"{MAX_IMPORT_BYTES // 2**20} MiB are not accepted.")
+        raise BenchmarkInputError(_("The file is %(size)s MiB; results larger than %(limit)s MiB are not accepted.")
+                                  % {"size": len(data) // 2**20, "limit": MAX_IMPORT_BYTES // 2**20})
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise BenchmarkInputError(f"{file_name or 'The file'} is not UTF-8 text: is it a result JSON?") from None
+        raise BenchmarkInputError(_("%(file)s is not UTF-8 text: is it a result JSON?")
+                                  % {"file": file_name or _("The file")}) from None
     try:
         parsed = json.loads(text)
     except ValueError:
         try:
             parsed = [json.loads(line) for line in text.splitlines() if line.strip()]
         except ValueError as exc:
-            raise BenchmarkInputError(f"{file_name or 'The file'} is not JSON ({exc}).") from None
+            raise BenchmarkInputError(_("%(file)s is not JSON (%(error)s).")
+                                      % {"file": file_name or _("The file"), "error": exc}) from None
     try:
         results = compare_mod.load_results(parsed)
     except compare_mod.ResultFormatError as exc:
@@ -612,10 +626,10 @@ def roofline(run: BenchmarkRun, bandwidth_gbps: float | None = None) -> dict:
     out = {"measured": measured, "weight_bytes": weight_bytes, "bandwidth_gbps": bandwidth, "limit": None,
            "efficiency": None, "note": ""}
     if not weight_bytes:
-        out["note"] = "model weight size unknown"
+        out["note"] = _("model weight size unknown")
     elif not bandwidth:
-        out["note"] = (f"no memory bandwidth known for {gpu.get('name') or 'this run'}"
-                       "; enter one to draw the line")
+        out["note"] = (_("no memory bandwidth known for %(gpu)s; enter one to draw the line")
+                       % {"gpu": gpu.get("name") or _("this run")})
     else:
         out["limit"] = compare_mod.roofline_decode_tokens_per_s(bandwidth, weight_bytes)
         if measured:
@@ -761,7 +775,7 @@ def chart_data(runs: list[BenchmarkRun]) -> dict:
 
 
 def scenario_choices() -> list[dict]:
-    return [{"name": s.name, "title": s.title, "description": s.description, "prompt_tokens": s.prompt_tokens,
+    return [{"name": s.name, "title": _(s.title), "description": _(s.description), "prompt_tokens": s.prompt_tokens,
              "output_tokens": s.output_tokens, "num_prompts": s.num_prompts, "num_warmups": s.num_warmups,
              "concurrency": s.load.concurrency, "sweep": list(s.sweep)} for s in SCENARIOS.values()]
 

@@ -12,7 +12,7 @@ import json
 import time
 
 from inference.benchmarks.records import (BenchmarkConfig, BenchmarkError, RequestRecord, RequestSpec,
-                                          ServerHTTPError)
+                                          ServerHTTPError, gettext_noop)
 
 
 class SSEParser:
@@ -74,7 +74,7 @@ def build_payload(config: BenchmarkConfig, spec: RequestSpec) -> dict:
                    "max_tokens": spec.max_tokens}
     else:
         if isinstance(spec.prompt, list):
-            raise BenchmarkError("The completions endpoint needs text prompts, not chat messages.")
+            raise BenchmarkError(gettext_noop("The completions endpoint needs text prompts, not chat messages."))
         payload = {"model": config.model, "prompt": spec.prompt, "max_tokens": spec.max_tokens}
     payload.update({"stream": True, "stream_options": options})
     if config.ignore_eos:
@@ -218,9 +218,11 @@ def analyze_stream(record: RequestRecord, reads: list[tuple[float, bytes]], chat
     if error is not None:
         record.error = error
     elif not times:
-        record.error = "The stream ended without any chunk carrying a choice; TTFT cannot be measured."
+        # Marked only: the panel translates a stored error when it reports it (services._record).
+        record.error = gettext_noop("The stream ended without any chunk carrying a choice; TTFT cannot be "
+                                    "measured.")
     elif not saw_done and record.finish_reason is None:
-        record.error = "The stream ended before [DONE] or a finish_reason: the connection was cut."
+        record.error = gettext_noop("The stream ended before [DONE] or a finish_reason: the connection was cut.")
     else:
         record.success = True
     record.generated_text = "".join(texts)

@@ -23,9 +23,9 @@ def _parse_ids(text):
     try:
         ids = [int(x) for x in (text or "").replace(" ", "").split(",") if x]
     except ValueError:
-        raise svc.BenchmarkInputError("ids: give run numbers separated by commas, e.g. ?ids=3,5.") from None
+        raise svc.BenchmarkInputError(_("ids: give run numbers separated by commas, e.g. ?ids=3,5.")) from None
     if any(not 1 <= i <= MAX_INT for i in ids):
-        raise svc.BenchmarkInputError("ids: run numbers are whole numbers from 1, e.g. ?ids=3,5.")
+        raise svc.BenchmarkInputError(_("ids: run numbers are whole numbers from 1, e.g. ?ids=3,5."))
     return list(dict.fromkeys(ids))
 
 
@@ -36,9 +36,9 @@ def _bandwidth(request):
     try:
         value = float(text)
     except ValueError:
-        raise svc.BenchmarkInputError(f"bandwidth: {text!r} is not a number of GB/s.") from None
+        raise svc.BenchmarkInputError(_("bandwidth: %(value)r is not a number of GB/s.") % {"value": text}) from None
     if not 0 < value < 100000:
-        raise svc.BenchmarkInputError("bandwidth: give the memory bandwidth in GB/s, e.g. 900 for a V100.")
+        raise svc.BenchmarkInputError(_("bandwidth: give the memory bandwidth in GB/s, e.g. 900 for a V100."))
     return value
 
 
