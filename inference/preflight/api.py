@@ -23,7 +23,7 @@ def run_preflight(data: dict) -> dict:
                                      sm70_build=bool(data.get("sm70_build")))
     if data.get("target"):
         target = planning_target(data["target"])
-        gpus, where = target.gpus(), target.label
+        gpus, where = target.gpus(), str(target.label)
     else:
         host = runtime.host if isinstance(runtime, EngineRuntime) else settings.HOST_NAME
         gpus = gpus_for_host(host, data.get("gpus") or [])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from inference.engines.base import gettext_noop
 from inference.engines.vllm import CAPACITY_LINES, CONCURRENCY_LINE, READY_LINE
 
 GiB = 1024**3
@@ -126,13 +127,14 @@ def compare_llamacpp(report, actual: dict) -> list[dict]:
     r = (report if isinstance(report, dict) else report.as_dict()) if report else {}
     gpu = (r.get("gpus") or [{}])[0]
     rows = [
-        ("model buffers", gpu.get("weights_bytes"), actual.get("model_buffer_mib"), "MiB"),
-        ("KV cache", gpu.get("kv_cache_bytes"), actual.get("kv_cache_mib"), "MiB"),
-        ("compute and output buffers", gpu.get("overhead_bytes"),
+        # `what` stays English (the page's data-what); the page translates it (and the unit) when it shows it
+        (gettext_noop("model buffers"), gpu.get("weights_bytes"), actual.get("model_buffer_mib"), "MiB"),
+        (gettext_noop("KV cache"), gpu.get("kv_cache_bytes"), actual.get("kv_cache_mib"), "MiB"),
+        (gettext_noop("compute and output buffers"), gpu.get("overhead_bytes"),
          round(actual["compute_buffer_mib"] + actual.get("output_buffer_mib", 0), 2)
          if "compute_buffer_mib" in actual else None, "MiB"),
         # Kiln passes max_model_len as --ctx-size: the context of all slots together
-        ("context (all slots)", r.get("max_model_len"), actual.get("n_ctx"), "tokens"),
+        (gettext_noop("context (all slots)"), r.get("max_model_len"), actual.get("n_ctx"), gettext_noop("tokens")),
     ]
     out = []
     for what, est, act, unit in rows:
@@ -153,15 +155,16 @@ def compare_with_estimate(report, actual: dict) -> list[dict]:
     r = report if isinstance(report, dict) else report.as_dict()
     gpu = (r.get("gpus") or [{}])[0]
     rows = [
-        ("weights per GPU", gpu.get("weights_bytes"), actual.get("model_loading_gib"), "GiB"),
-        ("KV cache per GPU", gpu.get("kv_cache_bytes"), actual.get("available_kv_cache_gib"), "GiB"),
-        ("KV cache tokens", r.get("kv_cache_tokens"), actual.get("kv_cache_tokens"), "tokens"),
-        ("max concurrency at max_model_len", r.get("concurrency_ratio"), actual.get("max_concurrency"), "x"),
+        (gettext_noop("weights per GPU"), gpu.get("weights_bytes"), actual.get("model_loading_gib"), "GiB"),
+        (gettext_noop("KV cache per GPU"), gpu.get("kv_cache_bytes"), actual.get("available_kv_cache_gib"), "GiB"),
+        (gettext_noop("KV cache tokens"), r.get("kv_cache_tokens"), actual.get("kv_cache_tokens"), "tokens"),
+        (gettext_noop("max concurrency at max_model_len"), r.get("concurrency_ratio"), actual.get("max_concurrency"),
+         "x"),
     ]
     parts = [actual.get(k) for k in ("peak_activation_gib", "non_torch_gib", "cudagraph_gib")]
     if gpu.get("activation_bytes") or all(p is not None for p in parts):
         est = sum(gpu.get(k) or 0 for k in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes")) or None
-        rows.append(("activation, non-torch and CUDA graphs per GPU", est,
+        rows.append((gettext_noop("activation, non-torch and CUDA graphs per GPU"), est,
                      round(sum(parts), 2) if all(p is not None for p in parts) else None, "GiB"))
     out = []
     for what, est, act, unit in rows:

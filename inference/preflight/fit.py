@@ -1,7 +1,7 @@
 """Will this model fit on these GPUs? A VRAM calculator from the model's own metadata.
 
-Plain Python, no Django: the services call it before a launch and store the
-report's ``as_dict()`` on the deployment.
+No Django beyond gettext (see the end of this docstring): the services call it before a
+launch and store the report's ``as_dict()`` on the deployment.
 
 The arithmetic, per GPU:
 
@@ -26,6 +26,11 @@ and the KV cache a request needs:
 
 Every number here is an estimate to check a plan against; after a real start
 the engine's own lines (see ``inference/preflight/capacity.py``) are the truth.
+
+The report's errors, suggestions and notes are worded through Django's gettext when
+check_fit runs (importing it needs no settings; bench/fit_accuracy.py sets Django up).
+A suggestion starts with its flag, outside the translation, so the services and the page
+can tell suggestions apart in any language.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
+
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 # The model's side (config.json / GGUF -> ModelShape, KV cost per token) lives in shapes.py;
 # its names stay importable from here, where the services and the rules look for them.
@@ -74,7 +82,7 @@ def parse_cc(value) -> float | None:
     try:
         return float(text)
     except ValueError:
-        raise FitError(f"compute capability {value!r} is not like '7.0' or 'sm_70'") from None
+        raise FitError(_("compute capability %(value)r is not like '7.0' or 'sm_70'") % {"value": value}) from None
 
 
 @dataclass
@@ -133,13 +141,35 @@ class FitReport:
     errors: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Which error is which (ERROR_NO_KV_ROOM, ERROR_ABOVE_MODEL_MAX), by its text: the rules and
+    # the services pick these out, and the text is in the reader's language. Not in as_dict().
+    error_kinds: dict[str, str] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data.pop("error_kinds")
+        return data
 
 
-def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int, list[str]]:
-    """Per-GPU memory the engine needs besides weights and KV cache."""
+ERROR_NO_KV_ROOM = "no-kv-room"             # weights and overhead leave no room for the KV cache
+ERROR_ABOVE_MODEL_MAX = "above-model-max"   # max_model_len above the model's maximum
+
+
+def suggestion(flag: str, why: str) -> str:
+    """A suggestion: the flag to pass as typed, then (why), which is translated."""
+    return f"{flag} ({why})"
+
+
+def context_advice() -> tuple[str, ...]:
+    """check_fit's fixed advice for a context longer than the room it finds, in the active
+    language (the services drop it when the model's maximum caps the context anyway)."""
+    return ("--kv-cache-dtype fp8 " + _("halves the KV cache per token"),
+            "--gpu-memory-utilization 0.95 " + _("if nothing else runs on these GPUs"),
+            "--enforce-eager " + _("frees the CUDA graph memory (slower decoding)"))
+
+
+def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int, cpu: bool = False) -> tuple[int, list[str]]:
+    """Per-GPU memory the engine needs besides weights and KV cache (`cpu`: the machine's RAM)."""
     notes = []
     if s.engine == "llamacpp":
         # compute buffer: one ubatch's f32 attention scores over a slot's context and its widest
@@ -149,7 +179,8 @@ def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int,
         compute = LLAMACPP_UBATCH * (per_slot * shape.num_attention_heads
                                      + shape.intermediate_size + 4 * shape.hidden_size) * 4
         compute += seqs * shape.vocab_size * 4
-        notes.append(f"llama.cpp compute and output buffers ~{compute / MiB:.0f} MiB (ubatch {LLAMACPP_UBATCH})")
+        notes.append(_("llama.cpp compute and output buffers ~%(size).0f MiB (ubatch %(ubatch)s)")
+                     % {"size": compute / MiB, "ubatch": LLAMACPP_UBATCH})
         return compute, notes
     # vLLM / SGLang: the profile run's activation peak, sampler logits, NCCL and CUDA graphs
     tokens = s.max_num_batched_tokens or (8192 if s.engine == "sglang" else 2048)
@@ -158,8 +189,14 @@ def _overhead_bytes(shape: ModelShape, s: LaunchSettings, tp: int) -> tuple[int,
     logits = min(s.max_num_seqs or 256, 256) * shape.vocab_size * 4 * 2 // tp
     non_torch = int(0.25 * GiB) + (int(0.35 * GiB) if tp > 1 else 0)
     graphs = 0 if s.enforce_eager else int(0.5 * GiB + shape.num_layers * 4 * MiB)
-    notes.append(f"activation peak ~{(activations + logits) / GiB:.2f} GiB at {tokens} batched tokens, "
-                 f"CUDA graphs ~{graphs / GiB:.2f} GiB, non-torch ~{non_torch / GiB:.2f} GiB per GPU")
+    values = {"activation": (activations + logits) / GiB, "tokens": tokens, "graphs": graphs / GiB,
+              "non_torch": non_torch / GiB}
+    if cpu:
+        notes.append(_("activation peak ~%(activation).2f GiB at %(tokens)s batched tokens, CUDA graphs "
+                       "~%(graphs).2f GiB, non-torch ~%(non_torch).2f GiB") % values)
+    else:
+        notes.append(_("activation peak ~%(activation).2f GiB at %(tokens)s batched tokens, CUDA graphs "
+                       "~%(graphs).2f GiB, non-torch ~%(non_torch).2f GiB per GPU") % values)
     return activations + logits + non_torch + graphs, notes
 
 
@@ -208,7 +245,7 @@ def _vllm_overhead(shape: ModelShape, s: LaunchSettings, g: GPU, tp: int) -> vll
 
 def _in_flight_tokens(s: LaunchSettings, g: GPU) -> int:
     # sliding-window groups hold the window plus what two scheduled batches add (async scheduling)
-    batched, _ = vllm_memory.serve_defaults(g.total_memory_bytes, g.name)
+    batched, _seqs = vllm_memory.serve_defaults(g.total_memory_bytes, g.name)
     return 2 * int(s.max_num_batched_tokens or batched)
 
 
@@ -240,16 +277,19 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     """
     s = settings or LaunchSettings()
     if not gpus:
-        raise FitError("no GPUs given; for a CPU run pass GPU(name='CPU', total_memory_bytes=<RAM>)")
+        raise FitError(_("no GPUs given; for a CPU run pass GPU(name='CPU', total_memory_bytes=<RAM>)"))
     tp = int(s.tensor_parallel_size or 1)
     if tp < 1:
-        raise FitError("tensor_parallel_size must be 1 or more")
+        raise FitError(_("tensor_parallel_size must be 1 or more"))
     if tp > len(gpus):
-        raise FitError(f"tensor_parallel_size {tp} needs {tp} GPUs; {len(gpus)} given")
+        raise FitError(_("tensor_parallel_size %(tp)s needs %(tp)s GPUs; %(count)s given")
+                       % {"tp": tp, "count": len(gpus)})
     if not 0 < s.gpu_memory_utilization <= 1:
-        raise FitError("gpu_memory_utilization must be in (0, 1], e.g. 0.9")
+        raise FitError(_("gpu_memory_utilization must be in (0, 1], e.g. 0.9"))
     used_gpus = list(gpus[:tp])
+    cpu = used_gpus[0].compute_capability is None
     errors: list[str] = []
+    error_kinds: dict[str, str] = {}
     suggestions: list[str] = []
 
     if weight_file_bytes:
@@ -272,33 +312,38 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     kv_split = tp if (shape.num_kv_heads >= tp and not shape.mla_latent_dim) else (
         1 if shape.mla_latent_dim else max(1, shape.num_kv_heads))
     if shape.num_attention_heads % tp:
-        errors.append(f"{shape.num_attention_heads} attention heads do not split over "
-                      f"tensor_parallel_size {tp}")
+        errors.append(_("%(heads)s attention heads do not split over tensor_parallel_size %(tp)s")
+                      % {"heads": shape.num_attention_heads, "tp": tp})
     kv_heads = shape.num_kv_heads
     if (s.engine != "llamacpp" and kv_heads and not shape.mla_latent_dim and tp > 1
             and kv_heads % tp and tp % kv_heads):
         # vLLM's QKVParallelLinear splits the KV heads over the GPUs or copies them evenly onto them
-        errors.append(f"{kv_heads} KV heads neither split over nor copy evenly onto "
-                      f"tensor_parallel_size {tp}")
+        errors.append(_("%(heads)s KV heads neither split over nor copy evenly onto tensor_parallel_size %(tp)s")
+                      % {"heads": kv_heads, "tp": tp})
 
     max_len = int(s.max_model_len or shape.max_position_embeddings or 4096)
     if shape.max_position_embeddings and max_len > int(shape.max_position_embeddings):
-        errors.append(f"max_model_len {max_len} is above the model's maximum "
-                      f"{shape.max_position_embeddings}")
+        errors.append(_("max_model_len %(tokens)s is above the model's maximum %(max)s")
+                      % {"tokens": max_len, "max": shape.max_position_embeddings})
+        error_kinds[errors[-1]] = ERROR_ABOVE_MODEL_MAX
     seqs = max(1, int(s.max_num_seqs or 1))
 
-    overhead, notes = _overhead_bytes(shape, s, tp)
+    overhead, notes = _overhead_bytes(shape, s, tp, cpu)
+    generic_notes = list(notes)
     on_vllm = s.engine == "vllm" and used_gpus[0].compute_capability is not None
     if on_vllm and s.language_model_only and shape.vision_weight_bytes:
         weights -= shape.vision_weight_bytes      # the vision tower is not built at all
-        notes.append(f"text only: the vision tower ({shape.vision_weight_bytes / GiB:.2f} GiB) is not loaded")
+        notes.append(_("text only: the vision tower (%(size).2f GiB) is not loaded")
+                     % {"size": shape.vision_weight_bytes / GiB})
     parts = {}
     if on_vllm:
         parts = {id(g): _vllm_overhead(shape, s, g, tp) for g in used_gpus}
         first = parts[id(used_gpus[0])]
-        notes[:] = [x for x in notes if not x.startswith("activation peak")]
-        notes.append(f"vLLM's profile: activation peak ~{first.activation / GiB:.2f} GiB, non-torch "
-                     f"~{first.non_torch / GiB:.2f} GiB, CUDA graphs ~{first.cudagraph / GiB:.2f} GiB per GPU")
+        notes[:] = [x for x in notes if x not in generic_notes]    # vLLM's own profile replaces the rough one
+        notes.append(_("vLLM's profile: activation peak ~%(activation).2f GiB, non-torch ~%(non_torch).2f GiB, "
+                       "CUDA graphs ~%(graphs).2f GiB per GPU")
+                     % {"activation": first.activation / GiB, "non_torch": first.non_torch / GiB,
+                        "graphs": first.cudagraph / GiB})
     budgets = []
     for g in used_gpus:
         if g.compute_capability is None:        # CPU: the whole RAM minus the OS's share
@@ -310,11 +355,13 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
                       else int(g.total_memory_bytes * s.gpu_memory_utilization))
             free_at_start = g.total_memory_bytes - g.used_bytes - CUDA_CONTEXT_BYTES
             if free_at_start < budget:
-                errors.append(f"{g.name}: only {free_at_start / GiB:.1f} GiB free at start, "
-                              f"below gpu_memory_utilization's {budget / GiB:.1f} GiB")
+                errors.append(_("%(gpu)s: only %(free).1f GiB free at start, below gpu_memory_utilization's "
+                                "%(budget).1f GiB") % {"gpu": g.name, "free": free_at_start / GiB,
+                                                       "budget": budget / GiB})
                 util = max(0.05, math.floor((free_at_start / g.total_memory_bytes) * 100) / 100)
-                suggestions.append(f"--gpu-memory-utilization {util:.2f} (other processes hold "
-                                   f"{g.used_bytes / GiB:.1f} GiB on {g.name})")
+                suggestions.append(suggestion(f"--gpu-memory-utilization {util:.2f}",
+                                              _("other processes hold %(used).1f GiB on %(gpu)s")
+                                              % {"used": g.used_bytes / GiB, "gpu": g.name}))
         w = weights // tp + (_replicated_kv_weight_bytes(shape, tp) if s.engine != "llamacpp" else 0)
         part = parts.get(id(g))
         g_overhead = part.subtracted if part else overhead
@@ -335,13 +382,13 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
         def per_seq(tokens: int) -> int:
             return layout.bytes_for_concurrency(1, tokens, in_flight)
 
-        _, ratio, cache_tokens = layout.capacity(kv_total, max_len, in_flight)
+        _blocks, ratio, cache_tokens = layout.capacity(kv_total, max_len, in_flight)
         max_conc = int(ratio)
         one_request = per_seq(max_len)
         max_ctx = _largest_context(lambda t: per_seq(t), kv_total, seqs, ceiling)
         if layout.hybrid_block_size:
-            notes.append(f"vLLM pages this hybrid in blocks of {layout.block_size} tokens (one block of an "
-                         f"attention layer holds one layer's recurrent state)")
+            notes.append(_("vLLM pages this hybrid in blocks of %(size)s tokens (one block of an attention layer "
+                           "holds one layer's recurrent state)") % {"size": layout.block_size})
     else:
         # the whole engine's cache, in whole-model bytes
         kv_total = max(0, kv_room) * kv_split
@@ -372,42 +419,56 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
         fits_weights = kv_room > 0
 
     if kv_room <= 0:
-        errors.append(f"weights ({weights // tp / GiB:.1f} GiB per GPU) and overhead "
-                      f"({overhead / GiB:.1f} GiB) leave no room for the KV cache")
+        values = {"weights": weights // tp / GiB, "overhead": overhead / GiB}
+        if cpu:
+            errors.append(_("weights (%(weights).1f GiB) and overhead (%(overhead).1f GiB) leave no room for "
+                            "the KV cache") % values)
+        else:
+            errors.append(_("weights (%(weights).1f GiB per GPU) and overhead (%(overhead).1f GiB) leave no room "
+                            "for the KV cache") % values)
+        error_kinds[errors[-1]] = ERROR_NO_KV_ROOM
         suggestions += _weight_suggestions(shape, gpus, s, weights, overhead, one_request)
     elif max_conc < 1:
-        errors.append(f"one request of {max_len} tokens needs {one_request / GiB:.2f} GiB of KV cache; "
-                      f"{kv_total / GiB:.2f} GiB is available")
+        errors.append(_("one request of %(tokens)s tokens needs %(need).2f GiB of KV cache; %(room).2f GiB is "
+                        "available") % {"tokens": max_len, "need": one_request / GiB, "room": kv_total / GiB})
         suggestions += [x for x in _weight_suggestions(shape, gpus, s, weights, overhead, one_request)
                         if x.startswith("--tensor-parallel-size")]
     fits = not errors and fits_weights and max_conc >= 1
     if max_conc >= 1 and max_conc < seqs:
-        suggestions.append(f"--max-num-seqs {max_conc} (the cache holds {max_conc} requests of "
-                           f"{max_len} tokens, not {seqs})")
+        suggestions.append(suggestion(f"--max-num-seqs {max_conc}",
+                                      ngettext("the cache holds %(count)s request of %(tokens)s tokens, not %(seqs)s",
+                                               "the cache holds %(count)s requests of %(tokens)s tokens, not "
+                                               "%(seqs)s", max_conc)
+                                      % {"count": max_conc, "tokens": max_len, "seqs": seqs}))
     if max_conc < 1 or max_ctx < max_len:
         best = _largest_context(per_seq, kv_total, 1, max_len)
         if best >= 256:
-            suggestions.append(f"--max-model-len {best} (largest context one request can have)")
+            suggestions.append(suggestion(f"--max-model-len {best}", _("largest context one request can have")))
+        kv_fp8, utilization, eager = context_advice()
         if str(s.kv_cache_dtype).lower() == "auto" and used_gpus[0].cc and used_gpus[0].cc >= 8.9:
-            suggestions.append("--kv-cache-dtype fp8 halves the KV cache per token")
+            suggestions.append(kv_fp8)
         if s.gpu_memory_utilization < 0.95 and s.engine != "llamacpp":
-            suggestions.append("--gpu-memory-utilization 0.95 if nothing else runs on these GPUs")
+            suggestions.append(utilization)
         if not s.enforce_eager and s.engine != "llamacpp":
-            suggestions.append("--enforce-eager frees the CUDA graph memory (slower decoding)")
+            suggestions.append(eager)
     if cost.state_bytes_per_sequence:
-        notes.append(f"linear-attention state {cost.state_bytes_per_sequence / MiB:.0f} MiB per sequence")
+        notes.append(_("linear-attention state %(size).0f MiB per sequence")
+                     % {"size": cost.state_bytes_per_sequence / MiB})
     if cost.window:
-        notes.append(f"{shape.sliding_window_layers} sliding-window layers keep at most {cost.window} tokens")
+        notes.append(_("%(layers)s sliding-window layers keep at most %(window)s tokens")
+                     % {"layers": shape.sliding_window_layers, "window": cost.window})
     if source == "estimate":
-        notes.append(f"weights estimated from config ({shape.weight_format.name if shape.weight_format else '?'}, "
-                     f"{shape.estimated_params / 1e9:.2f}B params); pass weight file sizes for the exact figure")
+        notes.append(_("weights estimated from config (%(format)s, %(params).2fB params); pass weight file sizes "
+                       "for the exact figure") % {"format": shape.weight_format.name if shape.weight_format else "?",
+                                                  "params": shape.estimated_params / 1e9})
     return FitReport(
         fits=fits, engine=s.engine, gpus=budgets, weights_bytes=weights, weights_source=source,
         kv_bytes_per_token=cost.bytes_per_token, sliding_kv_bytes_per_token=cost.sliding_bytes_per_token,
         sliding_window=cost.window, state_bytes_per_sequence=cost.state_bytes_per_sequence,
         kv_cache_tokens=int(max(0, cache_tokens)), max_model_len=max_len, max_num_seqs=seqs,
         max_context_at_concurrency=max_ctx, max_concurrency_at_context=int(max_conc),
-        concurrency_ratio=round(ratio, 2), errors=errors, suggestions=_unique(suggestions), notes=notes)
+        concurrency_ratio=round(ratio, 2), errors=errors, suggestions=_unique(suggestions), notes=notes,
+        error_kinds=error_kinds)
 
 
 def _largest_context(per_seq, kv_total: int, seqs: int, ceiling: int) -> int:
@@ -436,14 +497,16 @@ def _weight_suggestions(shape: ModelShape, gpus, s: LaunchSettings, weights: int
         if n > tp and n <= len(gpus) and shape.num_attention_heads % n == 0:
             # the weights and one full-length request's cache must fit on each of the n GPUs
             if weights / n + overhead + one_request_kv / n <= min(per_gpu[:n]):
-                out.append(f"--tensor-parallel-size {n} (splits {weights / GiB:.1f} GiB of weights)")
+                out.append(suggestion(f"--tensor-parallel-size {n}",
+                                      _("splits %(size).1f GiB of weights") % {"size": weights / GiB}))
                 break
     fmt = shape.weight_format
     if fmt and fmt.bytes_per_param >= 1 and shape.estimated_params:
         four_bit = shape.estimated_params * 0.56
-        out.append(f"a 4-bit checkpoint (AWQ/GPTQ, ~{four_bit / GiB:.1f} GiB) instead of {fmt.name}")
+        out.append(_("a 4-bit checkpoint (AWQ/GPTQ, ~%(size).1f GiB) instead of %(format)s")
+                   % {"size": four_bit / GiB, "format": fmt.name})
     if s.max_num_batched_tokens is None or s.max_num_batched_tokens > 1024:
-        out.append("--max-num-batched-tokens 1024 lowers the activation peak")
+        out.append("--max-num-batched-tokens 1024 " + _("lowers the activation peak"))
     return out
 
 

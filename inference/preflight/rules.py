@@ -286,7 +286,8 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
             else gettext("the model does not fit on these GPUs")
         # The rule says it with the fix; the fit's own line (fit.check_fit) would come with memory advice.
         too_long = any(f.code == "max-model-len-above-model" for f in findings)
-        errors = [e for e in fit_report.errors if not (too_long and e.startswith("max_model_len "))]
+        errors = [e for e in fit_report.errors
+                  if not (too_long and fit_report.error_kinds.get(e) == fit.ERROR_ABOVE_MODEL_MAX)]
         if not errors and not too_long:
             errors = [nofit]
         for err in errors:

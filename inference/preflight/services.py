@@ -1,7 +1,7 @@
 """Preflight for the panel: the launch form's values in, findings + the VRAM fit out.
 
 The plain cores (inference/preflight/fit.py, inference/preflight/rules.py, inference/preflight/capacity.py)
-know nothing about Django. This module turns the panel's rows into their inputs:
+know nothing of the panel's rows (of Django they use gettext only). This module turns the rows into their inputs:
 
     preflight_for(profile_values=form.cleaned_data, model=artifact, runtime=runtime, gpus=gpus)
       -> {"findings": [...], "fit": FitReport.as_dict() | None, "has_errors": bool, ...}
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from inference.deployments.presets import PRESET_META_DIR
 from inference.preflight import fit
@@ -59,7 +59,7 @@ class PlanningTarget:
 
     def gpus(self) -> list[GPU]:
         if self.compute_capability is None:
-            return [GPU(f"CPU ({host_ram_bytes() / GiB:.0f} GiB RAM)", host_ram_bytes(), None)]
+            return [GPU(cpu_name(), host_ram_bytes(), None)]
         return [GPU(self.gpu_name, self.memory_mib * MiB, self.compute_capability) for _ in range(self.count)]
 
 
@@ -73,8 +73,13 @@ PLANNING_TARGETS: tuple[PlanningTarget, ...] = (
     PlanningTarget("rtx4090-x1", "1× RTX 4090 24GB (sm89)", "NVIDIA GeForce RTX 4090", 24564, "8.9"),
     PlanningTarget("a100-80gb-x1", "1× A100 80GB (sm80)", "NVIDIA A100-SXM4-80GB", 81920, "8.0"),
     PlanningTarget("h200-x1", "1× H200 141GB (sm90)", "NVIDIA H200", 143771, "9.0"),
-    PlanningTarget("cpu", "CPU only (this machine's RAM)", "CPU", 0, None),
+    PlanningTarget("cpu", gettext_lazy("CPU only (this machine's RAM)"), "CPU", 0, None),
 )
+
+
+def cpu_name() -> str:
+    """This machine's RAM as the one "GPU" of a CPU run, named for the page."""
+    return _("CPU (%(ram).0f GiB RAM)") % {"ram": host_ram_bytes() / GiB}
 
 
 def planning_target(slug: str) -> PlanningTarget:
@@ -93,7 +98,7 @@ def gpus_for_host(host: str, gpu_indices) -> list[GPU]:
     """
     indices = [int(i) for i in (gpu_indices or [])]
     if not indices:
-        return [GPU(f"CPU ({host_ram_bytes() / GiB:.0f} GiB RAM)", host_ram_bytes(), None)]
+        return [GPU(cpu_name(), host_ram_bytes(), None)]
     from monitoring.models import Gpu
 
     rows = {}
@@ -348,30 +353,34 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
                                 _("leave the GPU list empty to run on the CPU, or pick a planning target")))
     elif not gpus:
         findings.append(Finding("warning", "no-gpu-facts",
-                                "Kiln has no description of these GPUs (the monitor has not reported them).",
-                                "start the monitor on that host, or pick a planning target"))
+                                _("Kiln has no description of these GPUs (the monitor has not reported them)."),
+                                _("start the monitor on that host, or pick a planning target")))
     elif not meta:
         findings.append(Finding("warning", "no-model-meta",
-                                "No model metadata: the memory fit cannot be estimated.",
-                                "choose a downloaded model or a preset's model"))
+                                _("No model metadata: the memory fit cannot be estimated."),
+                                _("choose a downloaded model or a preset's model")))
     else:
         try:
             shape = fit.shape_from_gguf(meta) if "general.architecture" in meta else fit.shape_from_config(meta)
             if exact and not shape.exact_weight_bytes:
                 shape.exact_weight_bytes = int(exact)
             if settings.tensor_parallel_size > len(gpus) and gpus[0].compute_capability is not None:
-                raise FitError(f"tensor parallel size {settings.tensor_parallel_size} needs "
-                               f"{settings.tensor_parallel_size} GPUs; {len(gpus)} chosen")
+                raise FitError(_("tensor parallel size %(tp)s needs %(tp)s GPUs; %(count)s chosen")
+                               % {"tp": settings.tensor_parallel_size, "count": len(gpus)})
             report = fit.check_fit(shape, gpus if gpus[0].compute_capability is not None else gpus[:1],
                                    _cpu_safe(settings, gpus), weight_file_bytes=weight_bytes)
         except FitError as exc:
+            # Told by the values, not the (translated) message: a GPU count short of the tensor parallel size.
+            tp = settings.tensor_parallel_size
+            short = tp < 1 or (tp > len(gpus) and gpus[0].compute_capability is not None)
             findings.append(Finding("error", "fit-input", str(exc),
-                                    "choose as many GPUs as the tensor parallel size" if "tensor" in str(exc)
-                                    else "check the model and the values in the form"))
+                                    _("choose as many GPUs as the tensor parallel size") if short
+                                    else _("check the model and the values in the form")))
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
             findings.append(Finding("warning", "fit-unavailable",
-                                    f"the model's metadata is incomplete for a memory estimate ({exc}).",
-                                    "re-verify the model so that its config.json or GGUF header is read again"))
+                                    _("the model's metadata is incomplete for a memory estimate (%(error)s).")
+                                    % {"error": exc},
+                                    _("re-verify the model so that its config.json or GGUF header is read again")))
     if report is not None:
         _tidy_suggestions(report)
         _tidy_for_model_max(report, shape.max_position_embeddings)
@@ -430,11 +439,14 @@ def _tidy_for_hardware(report: fit.FitReport, cpu: bool) -> None:
     there are no GPUs, and one request is one request."""
     if not report.fits and report.gpus and _weights_exceed_the_card(report):
         b = max(report.gpus, key=lambda g: g.weights_bytes)
-        where = _("this machine's RAM") if cpu else b.name
-        report.errors = [_("the weights alone (%(weights).1f GiB per GPU) are more than %(where)s holds "
-                           "(%(total).1f GiB)") % {"weights": b.weights_bytes / GiB, "where": where,
-                                                    "total": b.total_bytes / GiB}] + \
-            [e for e in report.errors if not e.startswith("weights (")]
+        values = {"weights": b.weights_bytes / GiB, "total": b.total_bytes / GiB}
+        if cpu:
+            alone = _("the weights alone (%(weights).1f GiB) are more than this machine's RAM holds "
+                      "(%(total).1f GiB)") % values
+        else:
+            alone = _("the weights alone (%(weights).1f GiB per GPU) are more than %(where)s holds "
+                      "(%(total).1f GiB)") % {**values, "where": b.name}
+        report.errors = [alone] + [e for e in report.errors if report.error_kinds.get(e) != fit.ERROR_NO_KV_ROOM]
         more = [s for s in report.suggestions if s.startswith("--tensor-parallel-size")]
         room = b.budget_bytes - b.overhead_bytes
         if not more and not cpu and room > 0:
@@ -447,12 +459,9 @@ def _tidy_for_hardware(report: fit.FitReport, cpu: bool) -> None:
                         % {"n": n}]
         report.suggestions = more + [_("a smaller quantization of this model (4-bit AWQ, GPTQ or a GGUF such as "
                                        "Q4_K_M), or GPUs with more memory")]
-    if cpu:
-        report.errors = [e.replace(" per GPU", "") for e in report.errors]
-        report.notes = [n.replace(" per GPU", "") for n in report.notes]
+    if cpu:  # fit.check_fit words its errors and notes for the RAM itself (no "per GPU")
         gpu_only = ("--gpu-memory-utilization", "--enforce-eager", "--max-num-batched-tokens", "--kv-cache-dtype fp8")
         report.suggestions = [s for s in report.suggestions if not s.startswith(gpu_only)]
-    report.suggestions = [re.sub(r"\bholds 1 requests\b", "holds 1 request", s) for s in report.suggestions]
 
 
 def _tidy_suggestions(report: fit.FitReport) -> None:
@@ -463,16 +472,14 @@ def _tidy_suggestions(report: fit.FitReport) -> None:
         if s.startswith("--max-model-len ") and s.split()[1] == str(report.max_model_len):
             ctx = report.max_context_at_concurrency
             if report.max_num_seqs > 1 and 256 <= ctx < report.max_model_len:
-                s = f"--max-model-len {ctx} (lets {report.max_num_seqs} requests of that length run at once)"
+                s = fit.suggestion(f"--max-model-len {ctx}",
+                                   ngettext("lets %(count)s request of that length run at once",
+                                            "lets %(count)s requests of that length run at once",
+                                            report.max_num_seqs) % {"count": report.max_num_seqs})
             else:
                 continue
         out.append(s)
     report.suggestions = out
-
-
-# fit.check_fit's advice for a context longer than the room it finds (the model's maximum caps that room)
-CONTEXT_ADVICE = ("--max-model-len ", "--kv-cache-dtype fp8 halves", "--gpu-memory-utilization 0.95 if",
-                  "--enforce-eager frees")
 
 
 def _tidy_for_model_max(report: fit.FitReport, model_max: int | None) -> None:
@@ -482,8 +489,10 @@ def _tidy_for_model_max(report: fit.FitReport, model_max: int | None) -> None:
         return
     rest = report.suggestions
     if report.max_concurrency_at_context >= 1:
-        rest = [s for s in rest if not s.startswith(CONTEXT_ADVICE)]
-    report.suggestions = [_("--max-model-len %(max)d (the model's maximum)") % {"max": int(model_max)}] + rest
+        # fit.check_fit's advice for a context longer than the room it finds (the model's maximum caps that room)
+        advice = fit.context_advice()
+        rest = [s for s in rest if not (s.startswith("--max-model-len ") or s in advice)]
+    report.suggestions = [fit.suggestion(f"--max-model-len {int(model_max)}", _("the model's maximum"))] + rest
 
 
 def preflight_for_profile(profile) -> dict:
@@ -504,11 +513,13 @@ def launch_allowed(preflight_result: Mapping[str, Any] | None, override: bool) -
         return True, ""
     errors = [f for f in preflight_result.get("findings", []) if f.get("level") == "error"]
     if override:
-        return True, f"launched despite {len(errors)} preflight error(s) (override)"
-    first = errors[0] if errors else {"message": "preflight found errors", "fix": ""}
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return False, (f"Preflight: {first['message']} Fix: {first['fix']}{more}. "
-                   "Tick 'launch anyway' to override.")
+        return True, _("launched despite %(count)s preflight error(s) (override)") % {"count": len(errors)}
+    first = errors[0] if errors else {"message": _("preflight found errors"), "fix": ""}
+    values = {"message": first["message"], "fix": first["fix"], "more": len(errors) - 1}
+    if len(errors) > 1:
+        return False, _("Preflight: %(message)s Fix: %(fix)s (and %(more)s more). Tick 'launch anyway' to "
+                        "override.") % values
+    return False, _("Preflight: %(message)s Fix: %(fix)s. Tick 'launch anyway' to override.") % values
 
 
 def record_preflight(deployment, preflight_result: Mapping[str, Any] | None, override: bool) -> None:

@@ -1,8 +1,9 @@
 """A model as the memory calculator sees it: layers, heads, dtypes, weight format, cache cost.
 
 Read from a Hugging Face config.json (``shape_from_config``) or a GGUF header
-(``shape_from_gguf``). Plain Python, no Django. ``inference.preflight.fit``
-re-exports every name here, so callers keep using ``fit.shape_from_config`` etc.
+(``shape_from_gguf``). No Django beyond gettext, which words the FitErrors when they are
+raised (the preflight shows them as they are). ``inference.preflight.fit`` re-exports every
+name here, so callers keep using ``fit.shape_from_config`` etc.
 
 The KV cache a request needs:
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+from django.utils.translation import gettext as _
 
 from inference.library.gguf import GGUFError, read_gguf_header
 
@@ -43,7 +46,8 @@ def dtype_bytes(name: str, what: str = "dtype") -> int:
     try:
         return DTYPE_BYTES[str(name).lower()]
     except KeyError:
-        raise FitError(f"unknown {what} {name!r}; use one of: float16, bfloat16, float32, fp8") from None
+        raise FitError(_("unknown %(what)s %(name)r; use one of: float16, bfloat16, float32, fp8")
+                       % {"what": what, "name": name}) from None
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,8 @@ def weight_format(config: Mapping[str, Any]) -> WeightFormat:
         return WeightFormat("bnb-8bit", 1 + 4 / 4096, True, lm_head_q, skip)
     if method == "compressed-tensors":
         return _compressed_tensors_format(q, lm_head_q, skip)
-    raise FitError(f"unknown quantization method {method!r} in quantization_config; "
-                   "pass the weight file sizes instead (they are exact)")
+    raise FitError(_("unknown quantization method %(method)r in quantization_config; pass the weight file sizes "
+                     "instead (they are exact)") % {"method": method})
 
 
 def _compressed_tensors_format(q, lm_head_q, skip) -> WeightFormat:
@@ -120,7 +124,7 @@ def _compressed_tensors_format(q, lm_head_q, skip) -> WeightFormat:
             return WeightFormat(f"int{bits}-g{gs}", _group_quant_bytes(bits, int(gs), not w.get("symmetric", True)),
                                 True, lm_head_q, skip)
         return WeightFormat(f"int{bits}", bits / 8, True, lm_head_q, skip)
-    raise FitError("compressed-tensors quantization_config has no config_groups with weights")
+    raise FitError(_("compressed-tensors quantization_config has no config_groups with weights"))
 
 
 def lm_head_quantized(q: Mapping[str, Any]) -> bool:
@@ -201,7 +205,7 @@ def _need(cfg: Mapping[str, Any], *names: str) -> Any:
     for name in names:
         if cfg.get(name) is not None:
             return cfg[name]
-    raise FitError(f"config.json has no {names[0]!r}: is this a language model's config?")
+    raise FitError(_("config.json has no %(name)r: is this a language model's config?") % {"name": names[0]})
 
 
 def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> list[str]:
@@ -250,7 +254,7 @@ def _delta_net_state_bytes(cfg: Mapping[str, Any], kv_bytes: int) -> int:
 def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     """Build a ModelShape from a Hugging Face config.json dict."""
     if not isinstance(config, Mapping):
-        raise FitError("config must be the dict read from config.json")
+        raise FitError(_("config must be the dict read from config.json"))
     cfg = text_config(config)
     n_layers = int(_need(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     hidden = int(_need(cfg, "hidden_size", "n_embd", "d_model"))
@@ -397,7 +401,7 @@ def shape_from_gguf(meta: Mapping[str, Any], tensors: Iterable[Mapping[str, Any]
     """Build a ModelShape from GGUF metadata keys and (optionally) the tensor list."""
     arch = meta.get("general.architecture")
     if not arch:
-        raise FitError("GGUF metadata has no general.architecture: is this a GGUF model file?")
+        raise FitError(_("GGUF metadata has no general.architecture: is this a GGUF model file?"))
 
     def key(name, default=None):
         return meta.get(f"{arch}.{name}", default)
@@ -406,7 +410,8 @@ def shape_from_gguf(meta: Mapping[str, Any], tensors: Iterable[Mapping[str, Any]
     hidden = key("embedding_length")
     heads = key("attention.head_count")
     if n_layers is None or hidden is None or heads is None:
-        raise FitError(f"GGUF metadata for {arch!r} lacks block_count/embedding_length/attention.head_count")
+        raise FitError(_("GGUF metadata for %(arch)r lacks block_count/embedding_length/attention.head_count")
+                       % {"arch": arch})
     heads_kv = key("attention.head_count_kv", heads)
     if isinstance(heads, list):
         heads = max(heads)
