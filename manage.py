@@ -6,6 +6,12 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent
 
+# Commands that serve or write through this release's models, refused on a
+# database with unapplied migrations (dashboard.migrations_check). The monitor
+# checks in its own command, the worker and the web app where they start;
+# migrate, showmigrations, shell, check and standalone must run on any database.
+REFUSED_UNMIGRATED = {"runserver": "the development server", "createoperator": "manage.py createoperator"}
+
 
 def bootstrap_if_standalone():
     """`manage.py standalone` must work on a bare python3: build the venv first."""
@@ -37,6 +43,14 @@ def main():
         settings.INSTALLED_APPS  # load settings now, so a bad value is reported here
     except ConfigError as exc:
         raise SystemExit(f"kiln: configuration error: {exc}") from None
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in REFUSED_UNMIGRATED and not {"-h", "--help"} & set(sys.argv[2:]):
+        import django
+
+        django.setup()
+        from dashboard.migrations_check import refuse_if_unmigrated
+
+        refuse_if_unmigrated(REFUSED_UNMIGRATED[command])
     execute_from_command_line(sys.argv)
 
 

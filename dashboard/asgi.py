@@ -5,6 +5,10 @@ Origin the panel's own, scheme, host and port, or a CSRF_TRUSTED_ORIGINS entry
 (dashboard.hosts.SameOriginValidator), and the session must belong to a user
 (each consumer refuses anonymous ones).
 A path no route serves is closed with 4404 (dashboard.routing.no_route).
+At start-up the server's lifespan call is refused when the database has
+unapplied migrations (dashboard.migrations_check): uvicorn prints why and exits
+instead of serving (under gunicorn, dashboard.workers checks once, before it
+forks a worker).
 """
 import os
 
@@ -17,6 +21,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard.hosts import SameOriginValidator  # noqa: E402
+from dashboard.migrations_check import lifespan  # noqa: E402
 from dashboard.routing import no_route, websocket_urlpatterns  # noqa: E402
 from inference.gateway.asgi import with_gateway  # noqa: E402
 
@@ -24,5 +29,6 @@ application = ProtocolTypeRouter(
     {
         "http": with_gateway(django_asgi_app),  # /v1/ skips the page middleware
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, no_route]))),
+        "lifespan": lifespan,
     }
 )

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from dashboard.migrations_check import refuse_if_unmigrated
 from monitoring.alerts.checks import HostAgent
 from monitoring.consumers import LIVE_GROUP
 from monitoring.nvml import Nvml
@@ -54,6 +55,7 @@ class Command(BaseCommand):
         interval = settings.MONITOR_INTERVAL if interval is None else interval
         if not 0.25 <= interval <= 60:
             raise CommandError(f"--interval {interval} is out of range: use 0.25 to 60 seconds.")
+        refuse_if_unmigrated("the monitor")  # it writes GPUs, history and deployment phases every tick
         nvml = Nvml(lib=nvml_lib_from_env())
         status = nvml.init()
         self.stdout.write(f"monitor on host {settings.HOST_NAME}: sampling every {interval:g} s; {status.message}")
