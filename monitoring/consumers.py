@@ -1,6 +1,9 @@
 """Websocket consumers only join, leave and forward: the monitor process is the
 one producer, so a hundred open tabs cost one sample, not a hundred."""
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from monitoring.relabel import reader_language, relabel
 
 LIVE_GROUP = "live"
 # 4401 mirrors HTTP 401 in the application range of websocket close codes.
@@ -13,6 +16,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_NOT_AUTHENTICATED)
             return
+        # Status labels, phases and hints go out in this tab's language (producers write English).
+        self.language = await database_sync_to_async(reader_language)(
+            user, self.scope.get("cookies", {}), self.scope.get("headers", []))
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
         await self.accept()
 
@@ -36,4 +42,4 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if "text" in event:
             await self.send(text_data=event["text"])
         else:
-            await self.send_json(event["payload"])
+            await self.send_json(relabel(event["payload"], self.language))

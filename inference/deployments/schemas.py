@@ -170,6 +170,7 @@ class DeploymentRow(Schema):
     status_label: str
     colour: str
     phase: str
+    phase_label: str = Field("", description="the phase in the request's language")
     phases: list[Phase]
     pid: Optional[int]
     port: Optional[int]

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.http import Http404
 from django.utils.translation import gettext
 
+from inference.deployments import phases
 from inference.deployments.services import preset_status
 from inference.models import Deployment, EngineRuntime, LaunchProfile
 from inference.deployments.presets import CHAT_COMPLETIONS, PRESETS, request_additions, request_defaults_for
@@ -70,7 +71,8 @@ def deployment_dict(dep: Deployment) -> dict:
         "id": dep.pk, "name": dep.name, "host": dep.host, "engine": dep.engine,
         "profile": dep.profile_id, "model": dep.model_id,
         "status": dep.status, "status_label": dep.get_status_display(), "colour": dep.colour,
-        "phase": dep.phase, "phases": dep.phases, "pid": dep.pid, "port": dep.port,
+        "phase": dep.phase, "phase_label": phases.label(dep.phase), "phases": phases.labelled(dep.phases),
+        "pid": dep.pid, "port": dep.port,
         "bind_host": dep.bind_host, "base_url": dep.base_url, "openai_base_url": dep.openai_base_url,
         "served_model_name": dep.served_model_name, "api_key_set": bool(dep.api_key),
         "argv": ["<hidden>" if dep.api_key and a == dep.api_key else a for a in dep.argv or []],

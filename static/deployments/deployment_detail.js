@@ -32,15 +32,15 @@
 
   function apply(m) {
     appendLog(m);
-    badge.textContent = m.status_label; badge.className = "badge " + m.colour;
-    document.getElementById("phase").textContent = m.phase || "";
+    badge.textContent = m.status_label; badge.className = "badge " + m.colour; badge.dataset.status = m.status;
+    document.getElementById("phase").textContent = m.phase_label || m.phase || "";
     if (m.base_url) {
       const code = document.createElement("code");
       code.textContent = m.base_url + "/v1";
       document.getElementById("endpoint").replaceChildren(code);
     }
     const tl = document.getElementById("timeline");
-    tl.replaceChildren(...(m.phases || []).map((p) => { const li = document.createElement("li"); li.className = p.phase; li.textContent = p.phase; return li; }));
+    tl.replaceChildren(...(m.phases || []).map((p) => { const li = document.createElement("li"); li.className = p.phase; li.textContent = p.label || p.phase; return li; }));
     document.getElementById("failure").hidden = !(m.failure || m.hint);
     document.getElementById("failure-reason").textContent = m.failure || "";
     document.getElementById("failure-hint").textContent = m.hint || "";

@@ -11,7 +11,7 @@
       pollWhile: (status) => ["pending", "starting", "stopping"].includes(status),
       onUpdate: (m) => {
         badge.textContent = m.status_label; badge.className = "badge " + m.colour;
-        row.querySelector('[data-role="phase"]').textContent = m.phase;
+        row.querySelector('[data-role="phase"]').textContent = m.phase_label || m.phase;
       },
     });
   });
