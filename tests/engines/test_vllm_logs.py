@@ -227,12 +227,18 @@ def test_max_model_len_above_the_models_own_is_fatal_with_a_hint():
 
 
 def test_the_estimated_maximum_model_length_is_kept_for_the_relaunch_offer():
-    state, _ = replay(["(EngineCore pid=4) ERROR [core.py:708] ValueError: To serve at least one request with the "
-                       "models's max seq len (262144), (16.00 GiB KV cache is needed, which is larger than the "
-                       "available KV cache memory (5.12 GiB). Based on the available memory, the estimated maximum "
-                       "model length is 83,840. Try increasing `gpu_memory_utilization` or decreasing "
-                       "`max_model_len` when initializing the engine."], running_after=False)
-    assert state.failure == "max_model_len_too_long" and state.facts["max_model_len_estimate"] == "83840"
+    # --max-model-len 4194304 on a copy of the tiny Llama claiming as many positions: 4 GiB of KV cache
+    # needed, 1 GiB there. The EngineCore's ValueError names the estimate (no thousands separator), then
+    # its worker dies and the API server fails with "Engine core initialization failed"; exit 1.
+    log = lines("max_len_estimate.log")
+    # Said twice: in the EngineCore's logged traceback, and bare in the one the process prints on stderr.
+    said = [line for line in log if "the estimated maximum model length is 1048448." in line]
+    assert len(said) == 2 and said[0].startswith("(EngineCore pid=") and said[0].endswith(said[1])
+    state, actions = replay(log, running_after=False)
+    assert state.failure == "max_model_len_too_long" and state.fatal
+    assert state.failure_line in said and state.facts["max_model_len_estimate"] == "1048448"
+    assert [a.kind for a in actions if a.kind != "phase"] == ["failed"]  # once, not three restarts
+    assert "lower max model len to the estimate" in actions[-1].hint
 
 
 GPU_RUNS = sorted(GPU_LOGS.glob("*/vllm.log"))

