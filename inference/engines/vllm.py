@@ -180,7 +180,8 @@ class VllmEngine(Engine):
              "use more GPUs (tensor parallel) or a smaller / more quantized model."), fatal=True),
         rule("max_model_len_too_long", r"the estimated maximum model length is ([0-9][0-9,]*)",
              gettext_noop("The KV cache can't hold the max model length: lower max model len to the estimate in "
-             "this line, or raise GPU memory utilization."), fatal=True),
+             "this line, or give the KV cache more memory (GPU memory utilization on a GPU; on a CPU host the "
+             "VLLM_CPU_KVCACHE_SPACE variable, in GiB)."), fatal=True),
         rule("gpu_memory_taken", r"less than desired GPU memory utilization|not enough GPU memory",
              gettext_noop("Not enough free GPU memory: another process holds the GPU, or GPU memory utilization is "
              "set too high. Check the GPU's processes or lower the utilization.")),
