@@ -74,20 +74,25 @@ def queue(ids, countdown: float | None = None) -> None:
                       on_refused=lambda row_id, why: log.warning("alert delivery %s: %s", row_id, why))
 
 
-def claim(delivery_id: int) -> bool:
+def claim(delivery_id: int) -> "dt.datetime | None":
+    """Take the row for one attempt; returns this claim's time (None when not taken), which the
+    attempt's final update checks: a claim taken over as stale is no longer this sender's."""
     now = timezone.now()
     due = Q(status=AlertDelivery.Status.PENDING) & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
     stale = Q(status=AlertDelivery.Status.SENDING, claimed_at__lt=now - dt.timedelta(seconds=STALE_CLAIM_S))
     # A row whose attempts are used up (e.g. a worker died mid-send each time) fails instead of retrying forever.
     AlertDelivery.objects.filter(due | stale, pk=delivery_id, attempts__gte=MAX_ATTEMPTS).update(
         status=AlertDelivery.Status.FAILED, claimed_at=None, next_attempt_at=None)
-    return AlertDelivery.objects.filter(due | stale, pk=delivery_id).update(
+    taken = AlertDelivery.objects.filter(due | stale, pk=delivery_id).update(
         status=AlertDelivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1) > 0
+    return now if taken else None
 
 
 def deliver(delivery_id: int) -> str | None:
-    """One attempt at one delivery. Returns its new status (None when not claimed)."""
-    if not claim(delivery_id):
+    """One attempt at one delivery. Returns its new status (None when not claimed, or when
+    another sender took the claim over meanwhile)."""
+    claimed_at = claim(delivery_id)
+    if claimed_at is None:
         return None
     row = AlertDelivery.objects.select_related("channel", "event").get(pk=delivery_id)
     message = channels.message_for(row.event, test=row.is_test)
@@ -105,7 +110,12 @@ def deliver(delivery_id: int) -> str | None:
     else:
         retry_in = backoff_s(row.attempts)
         fields.update(status=AlertDelivery.Status.PENDING, next_attempt_at=now + dt.timedelta(seconds=retry_in))
-    AlertDelivery.objects.filter(pk=row.pk, status=AlertDelivery.Status.SENDING).update(**fields)
+    # A send slower than STALE_CLAIM_S lets another sender reclaim the row; its record wins over ours.
+    if not AlertDelivery.objects.filter(pk=row.pk, status=AlertDelivery.Status.SENDING,
+                                        claimed_at=claimed_at).update(**fields):
+        log.warning("alert delivery %s: taken over by another sender during a %.0f s send; this attempt "
+                    "(%s) is not recorded", row.pk, time.monotonic() - started, "ok" if outcome.ok else outcome.error)
+        return None
     if retry_in is not None:
         log.info("alert delivery %s to %s failed (%s); retry %s in %g s", row.pk, row.channel, outcome.error,
                  row.attempts + 1, retry_in)
@@ -116,9 +126,10 @@ def deliver(delivery_id: int) -> str | None:
 def _attempt_log(row, started_at, outcome, took_s: float) -> list[dict]:
     """The row's attempt log with this attempt added. Attempts counted by a claim whose process
     died before recording (a worker killed mid-send) get an entry saying so, so the log and
-    the attempt count agree."""
+    the attempt count agree. A row without any log (its attempts made before the log existed)
+    gets no filler: its earlier attempts were not lost, only never logged."""
     entries = [e for e in (row.attempt_log or []) if isinstance(e, dict)]
-    while len(entries) < row.attempts - 1:
+    while entries and len(entries) < row.attempts - 1:
         entries.append({"at": None, "ok": False, "code": None, "error": "", "ms": None, "lost": True})
     entries.append({"at": started_at.isoformat(), "ok": outcome.ok, "code": outcome.status,
                     "error": outcome.error[:ATTEMPT_ERROR_CHARS], "ms": round(took_s * 1000)})

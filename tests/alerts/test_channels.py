@@ -192,14 +192,52 @@ def test_a_delivery_whose_attempts_are_used_up_fails_instead_of_retrying(receive
 def test_an_attempt_whose_sender_died_is_in_the_log_as_lost(receiver):
     """A claim counts the attempt before sending; a worker killed mid-send records nothing. The
     next attempt's log says so, so the log and the attempt count agree."""
+    first = {"at": timezone.now().isoformat(), "ok": False, "code": 502, "error": "bad gateway", "ms": 12}
     d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"),
-                                     status="sending", attempts=1,
+                                     status="sending", attempts=2, attempt_log=[first],
                                      claimed_at=timezone.now() - timezone.timedelta(seconds=delivery.STALE_CLAIM_S + 5))
     assert delivery.deliver(d.pk) == "sent"
     d.refresh_from_db()
-    assert d.attempts == 2 and len(d.attempt_log) == 2
-    assert d.attempt_log[0]["lost"] is True and d.attempt_log[0]["code"] is None
-    assert d.attempt_log[1]["code"] == 200 and d.attempt_log[1]["ok"] is True
+    assert d.attempts == 3 and len(d.attempt_log) == 3
+    assert d.attempt_log[0] == first
+    assert d.attempt_log[1]["lost"] is True and d.attempt_log[1]["code"] is None
+    assert d.attempt_log[2]["code"] == 200 and d.attempt_log[2]["ok"] is True
+
+
+def test_a_row_from_before_the_attempt_log_gets_no_made_up_lost_attempts(receiver):
+    """Attempts made before the attempt_log column existed were not lost, only never logged."""
+    d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"),
+                                     status="pending", attempts=3, attempt_log=[])
+    assert delivery.deliver(d.pk) == "sent"
+    d.refresh_from_db()
+    assert d.attempts == 4 and len(d.attempt_log) == 1
+    assert d.attempt_log[0]["code"] == 200 and "lost" not in d.attempt_log[0]
+
+
+def test_a_claim_taken_over_during_a_slow_send_keeps_the_other_senders_record(receiver, monkeypatch):
+    """A send slower than STALE_CLAIM_S: another sender reclaims the row and records its attempt;
+    the first one's late answer must not overwrite that (nor queue a retry of a row now not its own)."""
+    d = AlertDelivery.objects.create(event=event(), channel=channel("webhook", receiver.url, "s"))
+    theirs = {"at": timezone.now().isoformat(), "ok": True, "code": 200, "error": "", "ms": 5}
+    taken_over = []
+
+    def slow_send(c, message):
+        # The first claim looks stale now; the other sender claims the row and is still sending.
+        AlertDelivery.objects.filter(pk=d.pk).update(
+            claimed_at=timezone.now() - timezone.timedelta(seconds=delivery.STALE_CLAIM_S + 1))
+        taken_over.append(real_claim(d.pk))
+        AlertDelivery.objects.filter(pk=d.pk).update(attempt_log=[theirs])
+        return channels.Outcome(False, 504, "timed out after 70 s")
+
+    real_claim = delivery.claim
+    queued = []
+    monkeypatch.setattr(channels, "send", slow_send)
+    monkeypatch.setattr(delivery, "queue", lambda ids, countdown=None: queued.append(ids))
+    assert delivery.deliver(d.pk) is None
+    d.refresh_from_db()
+    assert taken_over[0] is not None and d.claimed_at == taken_over[0]
+    assert d.status == "sending" and d.attempts == 2 and d.attempt_log == [theirs]
+    assert d.response_code is None and d.error == "" and queued == []
 
 
 def test_the_attempt_log_keeps_each_error_short():
