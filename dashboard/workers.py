@@ -20,6 +20,10 @@ from pathlib import Path
 from uvicorn_worker import UvicornWorker as _UvicornWorker
 
 REPO = Path(__file__).resolve().parent.parent
+# A PostgreSQL that drops packets holds a connect for minutes (libpq waits as long as TCP does).
+# Past this the master starts unchecked, as on a database that cannot be reached
+# (migrations_check); each worker's lifespan checks again as it starts.
+CHECK_TIMEOUT_S = 60
 
 
 class UvicornWorker(_UvicornWorker):
@@ -30,8 +34,13 @@ class UvicornWorker(_UvicornWorker):
         parent = getattr(super(), "check_config", None)
         if parent is not None:
             parent(cfg, log)
-        check = subprocess.run([sys.executable, "-m", "dashboard.migrations_check", "the web server"], cwd=REPO,
-                               capture_output=True, text=True)
+        try:
+            check = subprocess.run([sys.executable, "-m", "dashboard.migrations_check", "the web server"],
+                                   cwd=REPO, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("could not check the database for unapplied migrations: no answer within %s s; "
+                        "starting unchecked", CHECK_TIMEOUT_S)
+            return
         if check.returncode:
             log.error("%s", (check.stderr or check.stdout).strip())
             raise SystemExit(check.returncode)

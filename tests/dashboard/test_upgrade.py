@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -272,6 +273,39 @@ def test_refuses_to_start_on_an_empty_database(name, tmp_path):
     data = tmp_path / "data"
     rc, output = run_until_exit([sys.executable, *[a.replace("{port}", port) for a in args]], data)
     assert_refused(output, rc, data, what=what, unapplied=unapplied_in(data))
+
+
+def test_gunicorn_master_starts_unchecked_when_the_check_hangs(monkeypatch):
+    """A database that never answers (packets dropped) must not freeze gunicorn's master at boot:
+    past its timeout the check counts as not made, as when the database cannot be reached."""
+    from dashboard import workers
+
+    real_run = subprocess.run
+    seen = {}
+
+    def hanging_check(argv, **kw):
+        seen.update(argv=argv, timeout=kw.get("timeout"))
+        # Would refuse (status 1) if it were waited for to the end.
+        return real_run([sys.executable, "-c", "import time; time.sleep(30); raise SystemExit(1)"], **kw)
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def warning(self, msg, *args):
+            self.lines.append(("warning", msg % args))
+
+        def error(self, msg, *args):
+            self.lines.append(("error", msg % args))
+
+    log = Log()
+    monkeypatch.setattr(workers, "CHECK_TIMEOUT_S", 1)
+    monkeypatch.setattr(workers.subprocess, "run", hanging_check)
+    started = time.monotonic()
+    workers.UvicornWorker.check_config(None, log)  # returns: no SystemExit
+    assert time.monotonic() - started < 15
+    assert seen["argv"][1:3] == ["-m", "dashboard.migrations_check"] and seen["timeout"] == 1
+    assert [level for level, _ in log.lines] == ["warning"] and "unchecked" in log.lines[0][1]
 
 
 def test_commands_that_fix_or_inspect_the_database_are_not_refused(old_db):
