@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+# Not Django's: the harness also runs as plain Python (bench/*.py, without Django's settings, which
+# Django's own reads); the panel translates the English msgid when it shows it (BenchmarkError.translated).
+from inference.engines.base import gettext_noop
+
 # Chosen by bench/harness.py (bench/results/harness_2cpu.txt): at 256 paced
 # streams the lean client (lean.py) sent with p99 lag 1.5 ms against aiohttp's
 # 2.4 ms (both with parsing after the phase; before that aiohttp's per-read
@@ -22,15 +26,6 @@ DEFAULT_CLIENT = "lean"
 # The HTTP clients the harness can send with (harness.CLIENTS): same interface,
 # bench/harness.py measures them side by side.
 CLIENT_NAMES = ("lean", "aiohttp", "httpx")
-
-
-def gettext_noop(message: str) -> str:
-    """Mark a message for makemessages without translating it here.
-
-    The harness also runs as plain Python (bench/*.py, without Django's
-    settings, which Django's own gettext_noop reads); the panel translates
-    the English msgid when it shows the message (BenchmarkError.translated)."""
-    return message
 
 
 class BenchmarkError(Exception):
