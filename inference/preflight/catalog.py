@@ -146,6 +146,19 @@ def catalog_findings(info: RuntimeInfo, gpus: Sequence[GPU], model: Mapping[str,
     return [CatalogFinding("error", "build-from-source", message, fix, notes_url=install_url(first))]
 
 
+# Rule errors that say what the catalog's build-from-source error says: the launch's weights need the fork
+# it names (with its notes). When both apply, the catalog's stays, as rules.check keeps the rule
+# max-model-len-above-model and drops the fit's line for it.
+SAID_BY_BUILD_FROM_SOURCE = ("awq-needs-sm75", "nvfp4-needs-sm75")
+
+
+def with_catalog(findings: Sequence[Finding], catalog: Sequence[Finding]) -> list[Finding]:
+    """The rules' findings and the catalog's, each problem once."""
+    if any(f.code == "build-from-source" and f.level == "error" for f in catalog):
+        findings = [f for f in findings if f.code not in SAID_BY_BUILD_FROM_SOURCE]
+    return [*findings, *catalog]
+
+
 def _no_build(capability: float | None, gpu: str, needs: str, hardware: Sequence[Build]) -> list[Finding]:
     """No catalog build runs the launch: say so, and what the builds for this hardware do run."""
     if not hardware or not needs:

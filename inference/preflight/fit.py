@@ -47,9 +47,9 @@ from django.utils.translation import ngettext
 # its names stay importable from here, where the services and the rules look for them.
 from inference.preflight import vllm_memory
 from inference.preflight.shapes import (  # noqa: F401
-    DTYPE_BYTES, GGUF_KV_TYPES, GGUF_SLIDING_PATTERN, GiB, MiB, FitError, KVCost, ModelShape, WeightFormat,
-    config_dtype, dtype_bytes, kv_cost, kv_dtype_bytes, lm_head_quantized, read_gguf, shape_from_config,
-    shape_from_gguf, shape_from_gguf_file, text_config, weight_format,
+    DTYPE_BYTES, GGUF_KV_TYPES, GGUF_SLIDING_PATTERN, MAX_LEN_KEYS, GiB, MiB, FitError, KVCost, ModelShape,
+    WeightFormat, config_dtype, dtype_bytes, kv_cost, kv_dtype_bytes, lm_head_quantized, model_max_len, read_gguf,
+    shape_from_config, shape_from_gguf, shape_from_gguf_file, text_config, weight_format,
 )
 
 # ---------------------------------------------------------------------------
@@ -218,7 +218,7 @@ def _replicated_kv_weight_bytes(shape: ModelShape, tp: int) -> int:
 
 def _llamacpp_slot_context(s: LaunchSettings, shape: ModelShape) -> int:
     """llama-server splits --ctx-size (Kiln's max_model_len) evenly over its --parallel slots."""
-    total = int(s.max_model_len or shape.max_position_embeddings or 4096)
+    total = int(s.max_model_len or shape.max_context or 4096)
     return max(1, total // max(1, int(s.max_num_seqs or 1)))
 
 
@@ -321,10 +321,11 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
         errors.append(_("%(heads)s KV heads neither split over nor copy evenly onto tensor_parallel_size %(tp)s")
                       % {"heads": kv_heads, "tp": tp})
 
-    max_len = int(s.max_model_len or shape.max_position_embeddings or 4096)
-    if shape.max_position_embeddings and max_len > int(shape.max_position_embeddings):
+    max_len = int(s.max_model_len or shape.max_context or 4096)
+    # vLLM and SGLang refuse a longer context; llama.cpp starts (the rule ctx-per-slot-above-model warns)
+    if s.engine != "llamacpp" and shape.max_context and max_len > shape.max_context:
         errors.append(_("max_model_len %(tokens)s is above the model's maximum %(max)s")
-                      % {"tokens": max_len, "max": shape.max_position_embeddings})
+                      % {"tokens": max_len, "max": shape.max_context})
         error_kinds[errors[-1]] = ERROR_ABOVE_MODEL_MAX
     seqs = max(1, int(s.max_num_seqs or 1))
 
@@ -372,7 +373,7 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
     overhead = max(b.overhead_bytes for b in budgets)
 
     kv_room = min(b.kv_cache_bytes for b in budgets)
-    ceiling = int(shape.max_position_embeddings or max(max_len, 1 << 20))
+    ceiling = int(shape.max_context or max(max_len, 1 << 20))
     if on_vllm:
         # vLLM's own paging, per rank (every rank holds the same number of blocks)
         layout = _vllm_layout(shape, s, tp, draft_kv)
@@ -440,7 +441,8 @@ def check_fit(shape: ModelShape, gpus: Sequence[GPU], settings: LaunchSettings |
                                                "the cache holds %(count)s requests of %(tokens)s tokens, not "
                                                "%(seqs)s", max_conc)
                                       % {"count": max_conc, "tokens": max_len, "seqs": seqs}))
-    if max_conc < 1 or max_ctx < max_len:
+    # short of memory for the context asked; a context above the model's maximum is not that (the rules say it)
+    if max_conc < 1 or max_ctx < min(max_len, ceiling):
         best = _largest_context(per_seq, kv_total, 1, max_len)
         if best >= 256:
             suggestions.append(suggestion(f"--max-model-len {best}", _("largest context one request can have")))

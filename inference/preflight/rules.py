@@ -157,18 +157,33 @@ def _spec_method(ctx: Context) -> str:
     return str(spec.get("method", "")).lower()
 
 
-def _model_max_len(model: Mapping[str, Any]) -> int | None:
-    """The longest context the model takes: config.json's max_position_embeddings, a GGUF's context_length."""
-    if "general.architecture" in model:
-        value = model.get(f"{model['general.architecture']}.context_length")
-    else:
-        value = fit.text_config(model).get("max_position_embeddings") if model else None
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+def _model_max(ctx: Context) -> int | None:
+    """The model's maximum context as this runtime's vLLM derives it (RoPE scaling applied; for
+    SGLang and llama.cpp the version does not count)."""
+    return fit.model_max_len(ctx.model, ctx.runtime.version if ctx.runtime.engine == "vllm" else None)
 
 
 def _above_model_max(ctx: Context) -> bool:
-    top = _model_max_len(ctx.model)
+    """--max-model-len above the model's maximum (vLLM and SGLang refuse to start)."""
+    top = _model_max(ctx)
     return bool(top and ctx.settings.max_model_len and int(ctx.settings.max_model_len) > top)
+
+
+def _slots(settings: LaunchSettings) -> int:
+    return max(1, int(settings.max_num_seqs or 1))
+
+
+def _slot_context(settings: LaunchSettings) -> int | None:
+    """What one llama-server slot gets: --ctx-size split evenly over the --parallel slots."""
+    return int(settings.max_model_len) // _slots(settings) if settings.max_model_len else None
+
+
+def _slot_above_model_max(ctx: Context) -> bool:
+    """llama.cpp: a slot's share of --ctx-size above the context the model was trained for (its GGUF's
+    context_length). llama.cpp starts all the same: it warns and caps each slot at that length."""
+    top = _model_max(ctx)
+    slot = _slot_context(ctx.settings)
+    return bool(top and slot and slot > top)
 
 
 def _runs_quantization(ctx: Context) -> bool:
@@ -190,6 +205,7 @@ PREDICATES: dict[str, Callable[[Context, Any], bool]] = {
     "sm70_build": lambda c, v: c.runtime.is_sm70_build == bool(v),
     "build_runs_quantization": lambda c, v: _runs_quantization(c) == bool(v),
     "max_model_len_above_model": lambda c, v: _above_model_max(c) == bool(v),
+    "slot_context_above_model": lambda c, v: _slot_above_model_max(c) == bool(v),
     "arch_list_known": lambda c, v: bool(c.runtime.cuda_arch_list) == bool(v),
     "version_at_least": lambda c, v: bool(c.runtime.version)
     and _version_tuple(c.runtime.version) >= _version_tuple(str(v)),
@@ -298,6 +314,7 @@ def check(runtime_info: RuntimeInfo, gpus: Sequence[GPU], settings: LaunchSettin
 
 def _fill(text: str, ctx: Context) -> str:
     cc = ctx.cc
+    model_max = _model_max(ctx)
     values = {
         "gpu": ctx.gpu.name if ctx.gpu else "CPU",
         "cc": f"{cc:.1f}" if cc is not None else "none",
@@ -307,7 +324,9 @@ def _fill(text: str, ctx: Context) -> str:
         "driver_cuda": (ctx.gpu.driver_cuda_version if ctx.gpu else None) or "?",
         "backend": ctx.settings.attention_backend or "default",
         "tp": ctx.settings.tensor_parallel_size, "heads": ctx.heads or "?",
-        "max_model_len": ctx.settings.max_model_len or "?", "model_max": _model_max_len(ctx.model) or "?",
+        "max_model_len": ctx.settings.max_model_len or "?", "model_max": model_max or "?",
+        "slots": _slots(ctx.settings), "slot_context": _slot_context(ctx.settings) or "?",
+        "ctx_for_slots": model_max * _slots(ctx.settings) if model_max else "?",
     }
     try:
         return text.format(**values)

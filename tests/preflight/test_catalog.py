@@ -72,8 +72,26 @@ def test_the_installed_stock_sm70_build_does_not_run_the_nvfp4_preset_and_prefli
     result = check(presets.QWEN_NVFP4, "v100-32gb-x1", rt)
     assert catalog_finding(result)["code"] == "build-from-source"
     codes = {f["code"]: f["level"] for f in result["findings"]}
-    assert codes.get("nvfp4-needs-sm75") == "error" and "nvfp4-emulated-on-sm70" not in codes
+    # the rule nvfp4-needs-sm75 would say the same: the catalog's error, naming the fork, says it once
+    assert "nvfp4-needs-sm75" not in codes and "nvfp4-emulated-on-sm70" not in codes
     assert result["runtime"]["sm70_build"] is True  # it does carry sm_70 kernels
+
+
+@pytest.mark.parametrize("preset,target,weights", [
+    (presets.QWEN_NVFP4, "v100-32gb-x1", "NVFP4"), (presets.QWEN_AWQ_TP2, "v100-32gb-x2", "AWQ")],
+    ids=["nvfp4", "awq"])
+def test_the_stock_sm70_build_with_fork_only_weights_gets_one_error_naming_1cat(preset, target, weights):
+    """The rule (awq-needs-sm75, nvfp4-needs-sm75) and the catalog both said 'use 1Cat-vLLM'; the catalog's
+    error stays: it names the build and its notes."""
+    result = check(preset, target, runtime("vllm-sm70", "0.10.1.1", ["sm_70", "sm_75"], catalog_key=SM70_STOCK))
+    errors = [f for f in result["findings"] if f["level"] == "error"]
+    assert [f["code"] for f in errors] == ["build-from-source"]
+    assert [f for f in errors if "1Cat-vLLM" in f["message"] + f["fix"]] == errors
+    assert f"runs {weights} weights" in errors[0]["message"] and errors[0]["notes_url"]
+    # stock PyPI vLLM: its missing sm_70 kernels are another error, the weights still one
+    stock = check(preset, target, runtime("vLLM 0.33.0 (PyPI)", "0.33.0"))
+    codes = [f["code"] for f in stock["findings"] if f["level"] == "error"]
+    assert "build-from-source" in codes and not {"awq-needs-sm75", "nvfp4-needs-sm75"} & set(codes)
 
 
 def test_awq_on_two_v100s_with_stock_vllm_names_the_fork_too():

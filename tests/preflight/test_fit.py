@@ -242,3 +242,38 @@ def test_weight_files_bytes_sums_only_weight_files(tmp_path):
     (tmp_path / "model-00002.safetensors").write_bytes(b"x" * 50)
     (tmp_path / "config.json").write_text("{}")
     assert fit.weight_files_bytes(tmp_path.iterdir()) == 150
+
+
+# --- the model's maximum context ------------------------------------------------
+
+A100 = GPU("NVIDIA A100-SXM4-80GB", 80 * GiB, "8.0")
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def test_the_fit_holds_vllm_to_the_models_maximum_with_its_rope_scaling():
+    cfg = {**load("llama3_8b"), "max_position_embeddings": 32768, "rope_scaling": YARN}
+    shape = fit.shape_from_config(cfg)                   # no vLLM version: 0.26's reading
+    assert (shape.max_position_embeddings, shape.max_context) == (32768, 131072)
+    long = fit.check_fit(shape, [A100], LaunchSettings(max_model_len=131072))
+    assert long.fits and not long.error_kinds, long.errors
+    assert fit.check_fit(shape, [A100], LaunchSettings()).max_model_len == 131072   # vLLM's default too
+    newer = fit.shape_from_config(cfg, vllm_version="0.33.0")  # YaRN: max_position_embeddings is the limit
+    r = fit.check_fit(newer, [A100], LaunchSettings(max_model_len=131072))
+    assert not r.fits and r.errors == ["max_model_len 131072 is above the model's maximum 32768"]
+    assert r.error_kinds == {r.errors[0]: fit.ERROR_ABOVE_MODEL_MAX}
+    # a context above the maximum is not short of memory: no memory advice comes with it
+    assert not any(s.startswith(("--max-model-len", "--gpu-memory-utilization", "--enforce-eager"))
+                   for s in r.suggestions), r.suggestions
+
+
+def test_llamacpp_takes_a_ctx_size_above_the_gguf_context_length():
+    meta = {"general.architecture": "llama", "llama.block_count": 32, "llama.embedding_length": 4096,
+            "llama.attention.head_count": 32, "llama.attention.head_count_kv": 8, "llama.context_length": 8192,
+            "llama.vocab_size": 128256, "llama.feed_forward_length": 14336}
+    shape = fit.shape_from_gguf(meta)
+    assert shape.max_context == 8192
+    r = fit.check_fit(shape, [A100], LaunchSettings(engine="llamacpp", max_model_len=16384),
+                      weight_file_bytes=5 * GiB)
+    # llama-server starts with it (the rule ctx-per-slot-above-model warns); the memory is there
+    assert r.fits and r.errors == [] and r.suggestions == []
+    assert r.gpus[0].kv_cache_bytes == 16384 * 128 * 1024    # the cache is allocated for all of --ctx-size

@@ -220,13 +220,12 @@ def test_a_max_model_len_above_the_models_maximum_is_an_error_naming_both_and_th
     assert [f.as_dict() for f in findings] == [{
         "level": "error", "code": "max-model-len-above-model",
         "message": "a context length of 16384 tokens is more than this model's maximum of 8192.",
-        "fix": "set --max-model-len (--ctx-size for llama.cpp) to 8192 or less, or leave it empty for the model's "
-               "maximum"}]  # and not the fit's line with memory advice (--gpu-memory-utilization ...)
+        "fix": "set --max-model-len to 8192 or less, or leave it empty for the model's maximum"}]
+    # ... and not the fit's line with memory advice (--gpu-memory-utilization ...)
     at_max = LaunchSettings(dtype="half", max_model_len=8192)
     assert check(STOCK_VLLM, [A100], at_max, cfg, fit_report=fit.fit_from_config(cfg, [A100], at_max)) == []
-    gguf = {**GGUF_Q5_K_M_META, "qwen3.context_length": 40960}
-    f = check(LLAMACPP, [A100], LaunchSettings(engine="llamacpp", max_model_len=65536), gguf)
-    assert "max-model-len-above-model" in codes(f, "error") and "40960" in f[0].message
+    sglang = check(RuntimeInfo("sglang", "0.5.2"), [A100], LaunchSettings(engine="sglang", max_model_len=16384), cfg)
+    assert "max-model-len-above-model" in codes(sglang, "error")
     # the panel's plan gives the same figure as its first change to make
     from inference.preflight.services import preflight_for
     from inference.preflight.services import planning_target
@@ -235,6 +234,76 @@ def test_a_max_model_len_above_the_models_maximum_is_an_error_naming_both_and_th
                            runtime=STOCK_VLLM, gpus=planning_target("a100-80gb-x1").gpus(), model_meta_override=cfg)
     assert [f["code"] for f in result["findings"]] == ["max-model-len-above-model"]
     assert result["fit"]["suggestions"] == ["--max-model-len 8192 (the model's maximum)"]
+
+
+VLLM_026 = RuntimeInfo("vllm", "0.26.0", "12.8", ["sm_80", "sm_90"], name="vLLM 0.26.0")
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def yarn_config(max_position_embeddings=32768, rope=YARN):
+    """llama3_8b's config.json stretched with YaRN, as Qwen's model cards tell vLLM users to do."""
+    return {**load("llama3_8b"), "max_position_embeddings": max_position_embeddings, "rope_scaling": dict(rope)}
+
+
+def test_the_models_maximum_is_vllms_own_rope_scaling_included():
+    # (config, vLLM 0.26's maximum, 0.32's): what each one's own _get_and_verify_max_len took (and refused
+    # one token more of) on these configs when this was written; test_max_len_vllm.py asks 0.32 again
+    # wherever tests/vllm installed it
+    cases = [
+        (yarn_config(), 131072, 32768),                  # 0.26: original_max_position_embeddings x factor
+        (yarn_config(40960), 131072, 40960),             # Qwen3: max_position_embeddings is not multiplied
+        (yarn_config(rope={"type": "yarn", "factor": 4.0}), 131072, 32768),     # original from the config
+        (yarn_config(4096, {"rope_type": "dynamic", "factor": 2.0}), 8192, 8192),
+        (yarn_config(4096, {"type": "linear", "factor": 8.0}), 32768, 32768),   # the older "type" key
+        (yarn_config(131072, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}),
+         131072, 131072),                                 # Llama 3.1: already the scaled length
+        ({**load("llama3_8b"), "model_type": "gemma3_text", "max_position_embeddings": 131072,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, 131072, 131072),    # Gemma 3: scaled already
+        ({**load("llama3_8b"), "max_position_embeddings": 8192, "model_max_length": 131072}, 131072, 131072),
+        ({"model_type": "gpt2", "n_positions": 1024}, 1024, 1024),
+        (load("qwen3_5_27b"), 262144, 262144),           # rope_parameters under text_config, no scaling
+        ({"general.architecture": "qwen3", "qwen3.context_length": 40960}, 40960, 40960),   # GGUF
+        ({"hidden_size": 64}, None, None),               # says nothing: no maximum to hold a launch to
+    ]
+    for cfg, old, new in cases:
+        assert (fit.model_max_len(cfg, "0.26.0"), fit.model_max_len(cfg, "0.32.0")) == (old, new), cfg
+    assert fit.model_max_len(yarn_config()) == 131072    # no vLLM version (SGLang, planning): the longer
+
+
+def test_a_yarn_context_vllm_takes_is_not_refused_and_one_above_it_is():
+    cfg = yarn_config()                                  # max_position_embeddings 32768, YaRN x4
+    settings = LaunchSettings(dtype="half", max_model_len=131072)
+    report = fit.fit_from_config(cfg, [A100], settings)
+    findings = check(VLLM_026, [A100], settings, cfg, fit_report=report)
+    assert "max-model-len-above-model" not in codes(findings)
+    assert not any("above the model's maximum" in e for e in report.errors)
+    over = LaunchSettings(dtype="half", max_model_len=131073)
+    f = check(VLLM_026, [A100], over, cfg, fit_report=fit.fit_from_config(cfg, [A100], over))
+    assert [x.message for x in f if x.level == "error"] == [
+        "a context length of 131073 tokens is more than this model's maximum of 131072."]
+    # vLLM 0.32 and later take YaRN's max_position_embeddings as the limit (vLLM #56446)
+    f = check(STOCK_VLLM, [A100], settings, cfg)
+    assert "max-model-len-above-model" in codes(f, "error") and "maximum of 32768." in f[0].message
+
+
+def test_llamacpp_takes_a_longer_ctx_size_and_the_rules_warn_about_each_slots_share():
+    gguf = {**GGUF_Q5_K_M_META, "qwen3.context_length": 40960}
+
+    def run(ctx, slots):
+        return check(LLAMACPP, [A100], LaunchSettings(engine="llamacpp", max_model_len=ctx, max_num_seqs=slots), gguf)
+
+    one = run(65536, 1)
+    assert not has_errors(one) and [f.as_dict() for f in one] == [{
+        "level": "warning", "code": "ctx-per-slot-above-model",
+        "message": "--ctx-size 65536 over 1 slot(s) gives each request 65536 tokens, more than the 40960 this "
+                   "model was trained for: llama.cpp warns of a possible training context overflow and "
+                   "llama-server caps each slot at 40960, leaving the rest of the cache unused.",
+        "fix": "set --ctx-size to 40960 or less (40960 per slot), or raise --parallel (max_num_seqs) so that each "
+               "slot's share is 40960 or less"}]
+    assert run(65536, 2) == []                           # 32768 a slot: within the training context
+    assert run(40960 * 4, 4) == []
+    four = run(40960 * 4 + 4, 4)                         # 40961 a slot
+    assert codes(four) == {"ctx-per-slot-above-model"} and "to 163840 or less" in four[0].fix
 
 
 def test_the_rules_file_is_checked_and_names_the_bad_rule(tmp_path):

@@ -60,8 +60,11 @@ def test_vllm_presets_on_v100_with_stock_vllm_033_are_errors_with_fixes(preset, 
     assert result["has_errors"]
     errors = codes(result, "error")
     assert "no-sm70-kernels" in errors
-    quant = "nvfp4-needs-sm75" if preset is presets.QWEN_NVFP4 else "awq-needs-sm75"
-    assert quant in errors
+    # the weights are the catalog's error (it names the fork and its notes), said once
+    weights = "NVFP4 weights" if preset is presets.QWEN_NVFP4 else "AWQ weights"
+    fork = next(f for f in result["findings"] if f["code"] == "build-from-source")
+    assert fork["level"] == "error" and weights in fork["message"] and "1Cat-vLLM" in fork["message"]
+    assert not errors & {"nvfp4-needs-sm75", "awq-needs-sm75"}
     assert all(f["fix"] for f in result["findings"])
     nk = next(f for f in result["findings"] if f["code"] == "no-sm70-kernels")
     assert "1Cat-vLLM" in nk["fix"]
@@ -178,7 +181,8 @@ def test_a_downloaded_model_is_read_from_its_config_on_disk(tmp_path):
                                        meta={"format": "hf"}, weight_bytes=int(18.6 * GiB))
     result = preflight_for(profile_values={"tensor_parallel_size": 2, "dtype": "half", "max_model_len": 32768},
                            model=art, runtime=STOCK, gpus=planning_target("v100-32gb-x2").gpus())
-    assert "awq-needs-sm75" in codes(result, "error")
+    fork = next(f for f in result["findings"] if f["code"] == "build-from-source")
+    assert "runs AWQ weights" in fork["message"]          # the format came from the config on disk
     assert result["fit"]["weights_source"] == "files"
     assert result["fit"]["gpus"][0]["weights_bytes"] == int(18.6 * GiB) // 2
 
@@ -193,10 +197,69 @@ def test_a_model_on_another_host_is_judged_from_its_stored_summary(tmp_path):
                                        meta=summary, weight_bytes=int(19.5 * GiB))
     stock = preflight_for(profile_values={"dtype": "half", "max_model_len": 8192}, model=art, runtime=STOCK,
                           gpus=planning_target("v100-32gb-x1").gpus())
-    assert "nvfp4-needs-sm75" in codes(stock, "error")
+    fork = next(f for f in stock["findings"] if f["code"] == "build-from-source")
+    assert "runs NVFP4 weights" in fork["message"]        # the format came from the summary
     assert stock["fit"]["fits"] and stock["fit"]["weights_source"] == "files"
     # 16 of 64 layers keep a KV cache: 4 KV heads x 256 x 2 (K, V) x 2 bytes x 16 layers
     assert stock["fit"]["kv_bytes_per_token"] == 4 * 256 * 2 * 2 * 16
+
+
+@pytest.mark.django_db
+def test_a_summary_keeps_what_the_models_maximum_is_derived_from(tmp_path):
+    from inference.library.modelmeta import read_config
+
+    cfg = {**json.loads((FIXTURES / "llama3_8b_config.json").read_text()), "max_position_embeddings": 32768,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    summary = {**read_config(str(tmp_path)), "rope_scaling": cfg["rope_scaling"]}   # once modelmeta stores it
+    art = ModelArtifact.objects.create(name="yarn", source="hf", host="gpu1", path="/not/on/this/machine",
+                                       meta=summary, weight_bytes=int(15 * GiB))
+    vllm_026 = runtime("vLLM 0.26.0", version="0.26.0", archs=["sm_80", "sm_90"])
+    result = preflight_for(profile_values={"dtype": "half", "max_model_len": 131072}, model=art, runtime=vllm_026,
+                           gpus=planning_target("a100-80gb-x1").gpus())
+    assert not result["has_errors"], result["findings"]
+
+
+# --- the model's maximum context ------------------------------------------------
+
+YARN_CONFIG = {**json.loads((FIXTURES / "llama3_8b_config.json").read_text()), "max_position_embeddings": 32768,
+               "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+
+
+@pytest.mark.parametrize("version,model_max", [("0.26.0", 131072), ("0.33.0", 32768)])
+def test_the_rule_the_fit_and_the_advice_give_one_maximum(version, model_max):
+    """vLLM 0.26 takes YaRN's original_max_position_embeddings x factor, 0.32 and later max_position_embeddings:
+    the rule's message, the fit and the plan's first change name the same number."""
+    rt = runtime(f"vLLM {version}", version=version, archs=["sm_80", "sm_90"])
+    values = {"engine": "vllm", "dtype": "half", "max_model_len": model_max}
+    a100 = planning_target("a100-80gb-x1").gpus()
+    at_max = preflight_for(profile_values=values, runtime=rt, gpus=a100, model_meta_override=YARN_CONFIG)
+    assert at_max["findings"] == [] and at_max["fit"]["fits"]
+    over = preflight_for(profile_values={**values, "max_model_len": model_max + 1}, runtime=rt, gpus=a100,
+                         model_meta_override=YARN_CONFIG)
+    assert [(f["code"], f["message"]) for f in over["findings"]] == [
+        ("max-model-len-above-model",
+         f"a context length of {model_max + 1} tokens is more than this model's maximum of {model_max}.")]
+    assert over["fit"]["errors"] == [f"max_model_len {model_max + 1} is above the model's maximum {model_max}"]
+    assert over["fit"]["suggestions"] == [f"--max-model-len {model_max} (the model's maximum)"]
+
+
+def test_llamacpp_with_a_ctx_size_above_the_gguf_context_length_is_a_warning_per_slot():
+    pm = preset_model(presets.GGUF_Q5_ONE_GPU.slug)     # qwen35.context_length 262144
+    a100 = planning_target("a100-80gb-x1").gpus()
+    llamacpp = runtime("llama.cpp CUDA", engine="llamacpp", version="b6500", cuda="12.4", archs=["sm_80"])
+
+    def plan(ctx, slots):
+        return preflight_for(profile_values={**presets.GGUF_Q5_ONE_GPU.spec_values, "max_model_len": ctx,
+                                             "max_num_seqs": slots}, runtime=llamacpp, gpus=a100,
+                             model_meta_override=pm["meta"], weight_bytes=pm["weight_bytes"])
+
+    over = plan(300000, 1)
+    assert not over["has_errors"] and over["fit"]["fits"] and over["fit"]["errors"] == []
+    assert [(f["level"], f["code"]) for f in over["findings"]] == [("warning", "ctx-per-slot-above-model")]
+    assert "gives each request 300000 tokens, more than the 262144" in over["findings"][0]["message"]
+    assert not any(s.startswith("--max-model-len") for s in over["fit"]["suggestions"])
+    assert plan(300000, 2)["findings"] == []            # 150000 a slot
 
 
 # --- the launch override --------------------------------------------------------
