@@ -16,7 +16,7 @@ from django.test import Client
 from inference.deployments import presets, runtimes
 from inference.deployments import services as deployments
 from inference.models import Deployment, EngineRuntime
-from tests.dashboard.test_standalone import Runner
+from tests.dashboard.test_standalone import Runner, first_sign_in
 from tests.deployments.helpers import make_deployment, make_profile
 from tests.helpers import REPO, free_port, wait_until
 
@@ -176,16 +176,7 @@ def test_a_fresh_start_is_up_in_under_two_minutes_and_the_demo_runs_on_the_engin
 
         page = browser.new_page()
         url = f"http://127.0.0.1:{port}"
-        page.goto(url + "/login/")
-        page.fill("input[name=username]", "admin")
-        page.fill("input[name=password]", password)
-        page.click("button[type=submit]")
-        page.wait_for_url(url + "/password/")
-        page.fill("input[name=old_password]", password)
-        page.fill("input[name=new_password1]", "kiln-admin-2026")
-        page.fill("input[name=new_password2]", "kiln-admin-2026")
-        page.click("button[type=submit]")
-        page.wait_for_url(url + "/")
+        first_sign_in(page, url, password)
         # Start the demo at once: while the engine builds, the launch waits for it.
         page.click("#start-demo")
         page.wait_for_url(re.compile(r".*/deployments/\d+/?$"))

@@ -135,17 +135,22 @@ SOURCES = {
                               "the embedded one."],
 }
 # The keywords `manage.py translations update` (Django's makemessages) gives xgettext for Python.
-KEYWORDS = ["gettext_noop", "gettext_lazy", "ngettext_lazy:1,2", "pgettext:1c,2", "npgettext:1c,2,3",
-            "pgettext_lazy:1c,2", "npgettext_lazy:1c,2,3"]
+KEYWORDS = ["gettext_noop", "gettext_lazy", "ngettext:1,2", "ngettext_lazy:1,2", "pgettext:1c,2",
+            "npgettext:1c,2,3", "pgettext_lazy:1c,2", "npgettext_lazy:1c,2,3"]
+
+
+def not_extracted(sources: dict) -> dict:
+    """path -> the wanted msgids xgettext does not find in that file (as makemessages would run it)."""
+    assert shutil.which("xgettext"), "GNU gettext is needed to extract messages (apt-get install gettext)"
+    assert all((Path(REPO) / path).exists() for path in sources)
+    out = subprocess.run(["xgettext", "--language=Python", "--from-code=UTF-8", "--output=-",
+                          *(f"--keyword={k}" for k in KEYWORDS), *sources],
+                         cwd=REPO, capture_output=True, text=True, check=True, timeout=60).stdout
+    extracted = {e.msgid for e in polib.pofile(out)}
+    missing = {path: [m for m in wanted if m not in extracted] for path, wanted in sources.items()}
+    return {path: msgs for path, msgs in missing.items() if msgs}
 
 
 def test_the_new_messages_are_extracted_for_translation():
-    assert shutil.which("xgettext"), "GNU gettext is needed to extract messages (apt-get install gettext)"
-    out = subprocess.run(["xgettext", "--language=Python", "--from-code=UTF-8", "--output=-",
-                          *(f"--keyword={k}" for k in KEYWORDS), *SOURCES],
-                         cwd=REPO, capture_output=True, text=True, check=True, timeout=60).stdout
-    extracted = {e.msgid for e in polib.pofile(out)}
-    missing = {path: [m for m in wanted if m not in extracted] for path, wanted in SOURCES.items()}
-    missing = {path: msgs for path, msgs in missing.items() if msgs}
+    missing = not_extracted(SOURCES)
     assert not missing, f"not marked for translation (wrap them in gettext):\n{missing}"
-    assert all((Path(REPO) / path).exists() for path in SOURCES)
