@@ -12,6 +12,10 @@ def _error(request, status, code, message):
     return render(request, "error.html", {"status": status, "message": message}, status=status)
 
 
+def bad_address(request, message):
+    return _error(request, 400, "invalid", message)
+
+
 def forbidden(request, exception=None):
     return _error(request, 403, "forbidden", _("You may not do that here."))
 

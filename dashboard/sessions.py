@@ -21,6 +21,11 @@ REFRESH_S = 60
 class SessionStore(DatabaseSessionStore):
     _stored_expiry = None
 
+    def _validate_session_key(self, key):
+        # A cookie can carry a NUL ("\000" in a quoted value); PostgreSQL refuses it in the
+        # lookup (a 500 on every page). Such a key is no session: the caller is signed out.
+        return super()._validate_session_key(key) and "\x00" not in key
+
     def _get_session_from_db(self):
         row = super()._get_session_from_db()
         self._stored_expiry = row.expire_date if row else None

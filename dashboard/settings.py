@@ -83,6 +83,8 @@ MIDDLEWARE = [
     # The language: the user's saved choice, else the language cookie, else
     # Accept-Language (after sessions, before common: Django's documented place).
     "django.middleware.locale.LocaleMiddleware",
+    # %00 in the address: 400 before anything reads the database with it (PostgreSQL refuses NUL).
+    "dashboard.middleware.NulCharacterMiddleware",
     "django.middleware.common.CommonMiddleware",
     "dashboard.middleware.JsonMethodNotAllowedMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

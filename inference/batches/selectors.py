@@ -23,6 +23,8 @@ def files_for(user_id, *, purpose=None, limit=20, after=None) -> list[BatchFile]
 
 
 def file_for(user_id, file_id) -> BatchFile | None:
+    if "\x00" in file_id:  # no id has one; PostgreSQL would refuse the lookup (a body's input_file_id)
+        return None
     return _mine(BatchFile.objects.all(), user_id).filter(pk=file_id).first()
 
 

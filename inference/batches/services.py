@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from dashboard import jobs
 from dashboard.celery import host_queue
 from inference.batches import storage
-from inference.batches.validate import ENDPOINTS, Checker
+from inference.batches.validate import ENDPOINTS, Checker, storable
 from inference.models import Batch, BatchFile, BatchLine, Deployment, new_file_id
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,9 @@ def batch_create(*, user, input_file: BatchFile, endpoint: str, completion_windo
             for k, v in metadata.items())):
         raise Refused(_("metadata must be an object of at most 16 string keys (64 characters) and string values "
                         "(512 characters)."), param="metadata")
+    if metadata and not all(storable(k) and storable(v) for k, v in metadata.items()):
+        raise Refused(_("metadata keys and values must not hold a NUL character (\\u0000) or a lone surrogate "
+                        "(\\ud800-\\udfff)."), param="metadata")
     if not 1 <= int(concurrency) <= MAX_CONCURRENCY:
         raise Refused(_("concurrency must be between 1 and %(n)d.") % {"n": MAX_CONCURRENCY}, param="concurrency")
     if not 0 <= int(pacing_ms) <= MAX_PACING_MS:

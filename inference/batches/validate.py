@@ -146,6 +146,19 @@ def _seen(table: dict, key: str, n: int) -> None:
         lines.append(n)
 
 
+def storable(text: str) -> bool:
+    """Whether a database keeps this text as it is: the custom_id becomes a row, the model a key
+    of the file's models_seen. PostgreSQL refuses NUL (in text and in JSON) and a lone surrogate
+    cannot be encoded as UTF-8 for either database; JSON's \\u escapes let a line hold both."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_line(raw: bytes):
     """(custom_id, url, model) of a good line ("" for a missing model), or the problem as text."""
     try:
@@ -164,6 +177,9 @@ def check_line(raw: bytes):
         return _("'custom_id' is missing or not a string; give every line a unique custom_id.")
     if len(custom_id) > CUSTOM_ID_MAX:
         return _("'custom_id' is longer than %(n)d characters.") % {"n": CUSTOM_ID_MAX}
+    if not storable(custom_id):
+        return _("'custom_id' holds a NUL character (\\u0000) or a lone surrogate (\\ud800-\\udfff); "
+                 "use plain text.")
     method = obj.get("method", "POST")
     if method != "POST":
         return _("'method' must be \"POST\".")
@@ -176,6 +192,9 @@ def check_line(raw: bytes):
     model = body.get("model", "")
     if not isinstance(model, str):
         return _("'body.model' must be a string naming a model.")
+    if not storable(model):
+        return _("'body.model' holds a NUL character (\\u0000) or a lone surrogate (\\ud800-\\udfff); "
+                 "name a model the panel serves.")
     if body.get("stream"):
         return _("'body.stream' must be false or absent: batch requests are answered whole.")
     if url == "/v1/chat/completions":

@@ -35,6 +35,7 @@ from django.utils import translation
 from django.utils.translation import trans_real
 
 from dashboard import hosts
+from dashboard.middleware import nul_in_address
 from inference.gateway.errors import error_response
 
 PREFIX = "/v1/"
@@ -157,6 +158,13 @@ def with_gateway(django_app):
                 return await refuse_host(host, send)
             # Neither door runs LocaleMiddleware: error messages follow Accept-Language here.
             with translation.override(request_language(scope)):
+                # Neither runs NulCharacterMiddleware either: %00 in an id would reach a lookup.
+                nul = nul_in_address(scope["path"], scope.get("query_string", b"").decode("latin-1"))
+                if nul is not None:
+                    from inference.gateway.errors import bad_request
+                    from inference.gateway.fast import _send_response
+
+                    return await _send_response(send, bad_request(nul))
                 secret = fast.takes(scope)
                 if secret is not None:
                     return await fast.handle(scope, receive, send, secret)

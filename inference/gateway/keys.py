@@ -29,6 +29,7 @@ from inference.models import ApiKey
 
 KEY_PREFIX = "kiln-"
 CACHE_TTL_S = 60
+MAX_RATE_LIMIT = 1_000_000  # requests per minute; far above any engine, and within a 32-bit column
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +81,16 @@ def key_create(*, user, name: str, allowed_models=(), rate_limit: int = 60) -> t
         raise KeyFormError(_("Give the key a name, e.g. the tool or person that will use it."))
     if len(name) > 100:
         raise KeyFormError(_("The key's name is longer than %(max)s characters; shorten it.") % {"max": 100})
+    if "\x00" in name:
+        raise KeyFormError(_("The key's name must not contain a NUL character (\\x00)."))
     if rate_limit is None or int(rate_limit) < 0:
         raise KeyFormError(_("The rate limit is requests per minute: 0 (unlimited) or more."))
+    if int(rate_limit) > MAX_RATE_LIMIT:  # PostgreSQL's integer column refuses more than 2**31 - 1
+        raise KeyFormError(_("The rate limit is at most %(max)s requests per minute (0 = unlimited).")
+                           % {"max": f"{MAX_RATE_LIMIT:,}"})
     models = sorted({m.strip() for m in allowed_models if m and m.strip()})
+    if any("\x00" in m for m in models):
+        raise KeyFormError(_("A model name must not contain a NUL character (\\x00)."))
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(user=user, name=name, prefix=secret[:12], hashed_key=hash_key(secret),
                                 allowed_models=models, rate_limit=int(rate_limit))

@@ -264,3 +264,51 @@ def test_a_downloaded_files_name_is_quoted_in_content_disposition(transactional_
     assert '"' in stored and "é" in stored
     answer = client.get(f"/v1/files/{answer.json()['id']}/content")
     assert answer["Content-Disposition"] == content_disposition_header(True, stored)
+
+
+# ---------------------------------------------------------------- text a database cannot keep
+# PostgreSQL refuses NUL in text and in JSON; a lone surrogate is not UTF-8 for either database.
+# JSON's \u escapes let a line carry both: refused at upload on both databases, never a 500 later.
+
+def test_a_nul_or_a_lone_surrogate_in_custom_id_or_model_is_refused_at_upload():
+    lines = [
+        json.dumps(chat_line(1)),
+        json.dumps({**chat_line(2), "custom_id": "req\u00002"}),
+        json.dumps(chat_line(3, model="stub\u0000")),
+        json.dumps({**chat_line(4), "custom_id": "req-\ud8004"}),
+        json.dumps(chat_line(5, model="stub\udc00")),
+    ]
+    c = check("\n".join(lines).encode())
+    found = dict(c.errors)
+    assert set(found) == {2, 3, 4, 5}
+    assert found[2].startswith("'custom_id' holds a NUL character") and found[4] == found[2]
+    assert found[3].startswith("'body.model' holds a NUL character") and found[5] == found[3]
+    assert set(c.models) == {"stub"} and c.lines == 5
+
+
+def test_the_api_refuses_nul_and_surrogates_with_a_400_and_stores_nothing(transactional_db, redis_clean, operator):
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    client.force_login(operator)
+    for raw in (b'{"custom_id": "a\\u0000", "url": "/v1/chat/completions", "body": {"model": "m", "messages": []}}',
+                b'{"custom_id": "a", "url": "/v1/chat/completions", "body": {"model": "m\\ud800", "messages": []}}'):
+        upload = io.BytesIO(raw + b"\n")
+        upload.name = "in.jsonl"
+        answer = client.post("/v1/files", {"purpose": "batch", "file": upload})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_file", answer.content
+        assert "line 1: " in answer.json()["error"]["message"]
+    assert not BatchFile.objects.exists()
+    Deployment.objects.create(name="stub", host="testhost", engine_name="vllm", status="ready", port=1,
+                              served_model_name="stub")
+    f = services.file_from_text(json.dumps(chat_line(0)) + "\n", user=operator)
+    for metadata in ({"job": "a\u0000"}, {"job\u0000": "a"}, {"job": "\udfff"}):
+        answer = client.post("/v1/batches", json.dumps({"input_file_id": f.id, "endpoint": "/v1/chat/completions",
+                                                        "metadata": metadata}), content_type="application/json")
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "metadata", answer.content
+        assert "NUL character" in answer.json()["error"]["message"]
+    answer = client.post("/v1/batches", json.dumps({"input_file_id": f.id + "\u0000",
+                                                    "endpoint": "/v1/chat/completions"}),
+                         content_type="application/json")
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "file_not_found", answer.content
+    assert not Batch.objects.exists()
