@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -296,7 +296,8 @@ class Runner:
             await session.close()  # this loop's pool to the engines ends with the run
             for fd in (self.in_fd, self.out_fd, self.err_fd):
                 os.close(fd)
-            await self._db(close_old_connections)
+            # Its thread ends: a persistent (PostgreSQL) connection would stay open until collected.
+            await self._db(connections.close_all)
             self.db.shutdown(wait=True)
 
     async def _pass(self) -> None:

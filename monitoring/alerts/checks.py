@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
@@ -232,7 +232,9 @@ class HostAgent(threading.Thread):
                     delivery.deliver(pk)
                 except Exception:  # noqa: BLE001 - the backstop or a worker tries again
                     log.exception("alert delivery %s failed", pk)
-        close_old_connections()
+        # The thread ends: close its connection whatever CONN_MAX_AGE says (close_old_connections
+        # keeps a PostgreSQL connection open for reuse, here until the garbage collector finds it).
+        connections.close_all()
         sweeper.join(10)
 
     def _sweep(self):
@@ -260,4 +262,4 @@ class HostAgent(threading.Thread):
                         check()
                     except Exception:  # noqa: BLE001 - one failing check must not stop the others
                         log.exception("alert host check failed")
-        close_old_connections()
+        connections.close_all()  # the thread ends (see run)
