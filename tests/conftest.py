@@ -42,6 +42,26 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test database, and before it is dropped the connections this process
+    still holds open, which PostgreSQL (that refuses to drop a database someone is connected
+    to) would otherwise list: the one of raise_event_nowait's thread, which lives as long as
+    the process, and those of ended threads (an event loop's executor threads, where
+    sync_to_async ran ORM calls) that the garbage collector has not freed yet: on PostgreSQL
+    CONN_MAX_AGE keeps a connection open after close_old_connections()."""
+    yield
+    import gc
+
+    from django.db import connections
+
+    from monitoring.alerts import events
+
+    if events._executor is not None:
+        events._executor.submit(connections.close_all).result(timeout=30)
+    gc.collect()
+
+
+@pytest.fixture(scope="session")
 def redis_server():
     """A real redis-server on the port tests/settings.py chose."""
     binary = find_redis_server()

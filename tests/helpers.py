@@ -90,16 +90,32 @@ def pid_alive(pid) -> bool:
     return True
 
 
+def database_url() -> str:
+    """DATABASE_URL of the database this test run uses now: once pytest-django has set up
+    the test database, settings name it (the test SQLite file, or test_<name> on PostgreSQL)."""
+    db = settings.DATABASES["default"]
+    if "sqlite" in db["ENGINE"]:
+        return f"sqlite:///{db['NAME']}"
+    from urllib.parse import quote
+
+    login = quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        login += ":" + quote(db["PASSWORD"], safe="")
+    where = db.get("HOST") or "localhost"
+    if db.get("PORT"):
+        where += f":{db['PORT']}"
+    return f"postgresql://{login + '@' if login else ''}{where}/{quote(db['NAME'], safe='')}"
+
+
 def child_env(**extra):
     """The environment of a Kiln process sharing this test run's database and Redis."""
-    db_name = settings.DATABASES["default"]["NAME"]
     env = dict(os.environ)
     env.update(
         PYTHONUNBUFFERED="1",
         DJANGO_SETTINGS_MODULE="dashboard.settings",
         DATA_DIR=str(settings.DATA_DIR),
         REDIS_URL=settings.REDIS_URL,
-        DATABASE_URL=f"sqlite:///{db_name}",
+        DATABASE_URL=database_url(),
         KILN_HOST_NAME=settings.HOST_NAME,
     )
     env.update(extra)

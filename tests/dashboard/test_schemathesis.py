@@ -62,6 +62,15 @@ def rows(operator, tmp_path):
     BenchmarkRun.objects.create(pk=1, deployment=deployment, scenario="decode", label="seeded", status="succeeded",
                                 result=[step], model_name="demo", engine="llamacpp")
     Job.objects.create(pk=1, kind="worker-check", status="succeeded", created_by=operator)
+    # An explicit id does not move PostgreSQL's sequence (SQLite takes the highest id + 1): without
+    # this the first row a fuzzed call creates would be given id 1 again, an IntegrityError.
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for sql in connection.ops.sequence_reset_sql(
+                no_style(), [EngineRuntime, LaunchProfile, Deployment, ModelArtifact, BenchmarkRun, Job]):
+            cursor.execute(sql)
 
 
 @pytest.fixture
