@@ -182,6 +182,17 @@ def viewer(db):
     return user
 
 
+@pytest.fixture
+def operator_page_client(operator):
+    """A signed-in operator's test client that answers a server error as the 500 page a browser
+    gets (instead of raising it), so a test can assert that bad input is a 400, not a 500."""
+    from django.test import Client
+
+    c = Client(raise_request_exception=False)
+    c.force_login(operator)
+    return c
+
+
 @pytest.fixture(autouse=True)
 def _preferred_hub_reset():
     """The preferred hub is a file in DATA_DIR, shared by the whole run (and its servers):

@@ -12,13 +12,6 @@ from inference.models import Batch, BatchFile
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def client(operator):
-    c = Client(raise_request_exception=False)
-    c.force_login(operator)
-    return c
-
-
 @pytest.mark.parametrize("address, where", [
     ("/batches/batch_%00/", "The address"),
     ("/benchmarks/?model=%00", "The query parameter model"),
@@ -26,28 +19,28 @@ def client(operator):
     ("/monitoring/history?x%00=1", "The query parameter x%00"),
     ("/users/?page=%00", "The query parameter page"),
 ])
-def test_a_page_with_nul_in_its_address_is_a_400_page_naming_where(client, address, where):
-    answer = client.get(address)
+def test_a_page_with_nul_in_its_address_is_a_400_page_naming_where(operator_page_client, address, where):
+    answer = operator_page_client.get(address)
     assert answer.status_code == 400, answer.content[:300]
     text = answer.content.decode()
     assert where in text and "must not contain a NUL character (%00)" in text
     assert answer["Content-Type"].startswith("text/html")
 
 
-def test_the_api_and_v1_answer_in_their_own_error_shapes(client, redis_clean):
-    answer = client.get("/api/benchmarks/?model=%00")  # the API's own check, naming the field
+def test_the_api_and_v1_answer_in_their_own_error_shapes(operator_page_client, redis_clean):
+    answer = operator_page_client.get("/api/benchmarks/?model=%00")  # the API's own check, naming the field
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid" and "model" in answer.json()["error"]["fields"]
     for address in ("/v1/files?after=%00", "/v1/batches?after=x%00", "/v1/files/file-%00", "/v1/batches/b%00"):
-        answer = client.get(address)
+        answer = operator_page_client.get(address)
         assert answer.status_code == 400, (address, answer.content)
         assert answer.json()["error"]["type"] == "invalid_request_error", address
         assert "NUL character (%00)" in answer.json()["error"]["message"], address
 
 
-def test_an_address_without_nul_is_served_as_before(client):
-    assert client.get("/batches/?q=100%25").status_code == 200
-    assert client.get("/benchmarks/?model=a%2500").status_code == 200  # "%00" as text, no NUL
+def test_an_address_without_nul_is_served_as_before(operator_page_client):
+    assert operator_page_client.get("/batches/?q=100%25").status_code == 200
+    assert operator_page_client.get("/benchmarks/?model=a%2500").status_code == 200  # "%00" as text, no NUL
 
 
 def test_a_session_cookie_with_nul_is_no_session(transactional_db):

@@ -1,17 +1,9 @@
 """The Keys page's form: what a database cannot keep is refused with the reason, never a
 500 (PostgreSQL refuses NUL in text and JSON, and its integer column ends at 2**31 - 1)."""
 import pytest
-from django.test import Client
 
 from inference.gateway import keys
 from inference.models import ApiKey
-
-
-@pytest.fixture
-def client(operator):
-    c = Client(raise_request_exception=False)
-    c.force_login(operator)
-    return c
 
 
 @pytest.mark.parametrize("form, message", [
@@ -20,8 +12,8 @@ def client(operator):
     ({"name": "ci", "rate_limit": str(2**31)}, "The rate limit is at most 1,000,000 requests per minute"),
     ({"name": "ci", "rate_limit": str(2**70)}, "The rate limit is at most 1,000,000 requests per minute"),
 ])
-def test_a_key_the_database_cannot_keep_is_refused_with_the_reason(client, form, message):
-    answer = client.post("/keys/new", form, follow=True)
+def test_a_key_the_database_cannot_keep_is_refused_with_the_reason(operator_page_client, form, message):
+    answer = operator_page_client.post("/keys/new", form, follow=True)
     assert answer.status_code == 200
     assert message in answer.content.decode().replace("&#x27;", "'")
     assert not ApiKey.objects.exists()
