@@ -5,7 +5,8 @@
 # (its own data directory under a temporary folder, a free 127.0.0.1 port, its
 # socket in that folder), a role and a database for Kiln, exports DATABASE_URL
 # and runs tests/run.sh with the given arguments (so pytest arguments work as
-# there), e.g. `bash tests/pg.sh -m "not engine and not browser" -q`.
+# there), e.g. `bash tests/pg.sh -m "not engine and not browser" -q`; with none,
+# the whole suite. CI's second pass (tests/run.sh) is this script with a subset.
 # pytest-django creates and drops test_kiln on that server; the child processes
 # the tests start (web, worker, monitor) get the same test database through
 # tests/helpers.py child_env. The server is stopped and its folder removed when
@@ -69,7 +70,8 @@ echo "kiln: PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on 127.
 
 # In the background, so a SIGTERM to this script (timeout, CI cancelling) reaches
 # pytest, whose fixtures then stop their servers before the trap stops PostgreSQL.
-bash tests/run.sh "$@" &
+# With no arguments: the whole suite, one pass (tests/run.sh's own second pass is this script).
+KILN_TEST_POSTGRES=0 bash tests/run.sh "$@" &
 TESTS=$!
 trap 'kill -TERM "$TESTS" 2>/dev/null || true' TERM INT
 set +e

@@ -13,7 +13,7 @@ from inference.models import Batch, UsageRecord
 from tests.gateway.test_gateway import DEMO, deployment, start_llama
 from tests.helpers import needs_llama, wait_until
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
 
 
 @needs_llama

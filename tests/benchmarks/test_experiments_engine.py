@@ -10,7 +10,7 @@ from inference.benchmarks import experiments
 from inference.models import BenchmarkRun, Deployment, Experiment, ExperimentStep
 from tests.helpers import needs_llama, wait_until
 
-pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.timeout(300)]
+pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.postgres, pytest.mark.timeout(300)]
 
 
 def test_four_slots_beat_one_slot_at_concurrency_four(celery_worker, monitor_process, demo_profiles, operator):

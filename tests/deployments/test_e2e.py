@@ -16,7 +16,7 @@ from inference.deployments.presets import GEMMA_DEMO
 from inference.deployments.supervisor import group_members, port_is_free
 from tests.helpers import REPO, demo_model_path, needs_llama, wait_until
 
-pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.timeout(400)]
+pytestmark = [needs_llama, pytest.mark.engine, pytest.mark.postgres, pytest.mark.timeout(400)]
 ARTIFACTS = REPO / "test-artifacts"
 
 
