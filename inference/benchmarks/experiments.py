@@ -37,7 +37,7 @@ import time
 import uuid
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _, gettext_lazy
 
@@ -394,7 +394,9 @@ class _Heartbeat:
                     self.lost = True
                     return
         finally:
-            close_old_connections()
+            # The thread ends: close its connection now. close_old_connections() would keep it
+            # for CONN_MAX_AGE, and on PostgreSQL each ended heartbeat left one open.
+            connections.close_all()
 
     def __enter__(self):
         self.thread.start()
