@@ -362,7 +362,16 @@ def raise_alert(batch: Batch) -> None:
             "failed": "batch_failed", "expired": "batch_failed"}.get(batch.status)
     if kind is None:
         return
-    events.raise_event(kind, subject=f"batch {batch.pk} {batch.status}", link=f"/batches/{batch.pk}/",
+    subjects = {
+        "completed": _("Batch %(id)s completed: %(completed)d of %(total)d requests succeeded"),
+        "cancelled": _("Batch %(id)s was cancelled"),
+        "paused": _("Batch %(id)s paused: %(reason)s"),
+        "failed": _("Batch %(id)s failed: %(reason)s"),
+        "expired": _("Batch %(id)s expired before it finished"),
+    }
+    subject = subjects[batch.status] % {"id": batch.pk, "completed": batch.completed, "total": batch.total,
+                                        "reason": batch.reason or "-"}
+    events.raise_event(kind, subject=subject, link=f"/batches/{batch.pk}/",
                        host=batch.host, details={"batch_id": batch.pk, "status": batch.status,
                                                  "reason": batch.reason, "completed": batch.completed,
                                                  "failed": batch.failed, "total": batch.total})

@@ -84,14 +84,6 @@ def artifact_failed(artifact_id: int) -> None:
                          "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")})
 
 
-def batch_finished(batch, *, failed: bool, link: str = "", error: str = "") -> None:
-    """From batch jobs (issue 15) when a batch ends."""
-    name = getattr(batch, "name", "") or f"#{batch.pk}"
-    raise_event("batch_failed" if failed else "batch_finished",
-                subject=(_("Batch %(name)s failed") if failed else _("Batch %(name)s finished")) % {"name": name},
-                link=link, details={"batch_id": batch.pk, "error": error[:500]})
-
-
 def experiment_finished(experiment, *, failed: bool, link: str = "", error: str = "") -> None:
     """For experiments (benchmarks) when one ends: one line at the end of the runner."""
     name = getattr(experiment, "name", "") or f"#{experiment.pk}"
