@@ -249,6 +249,44 @@ def _wait(predicate, timeout, what):
 TIME_RE = __import__("re").compile(r'"type": "(\w+)", "host": "[^"]*", "time": ([0-9.]+)')
 
 
+async def live_client(url, headers, on_message, *, compression="deflate", on_first_connect=None,
+                      on_closed=None, retry_s=0.5):
+    """One browser tab on /ws/live/: connects, reads until closed, reconnects after
+    ``retry_s`` as kiln.js does, forever (cancel the task to end it).
+
+    ``on_message(kind, sampled_at, arrived_at, raw)`` for each message whose head names its
+    type and sample time; ``on_closed(exc)`` after each lost connection or refused handshake
+    (``exc`` None for a clean close). Only the head of a message is parsed (type, host, time
+    come first): many clients share one process and must not slow each other down.
+    """
+    import asyncio
+
+    import websockets
+
+    first = True
+    while True:
+        error = None
+        try:
+            async with websockets.connect(url, additional_headers=headers, max_size=2**24,
+                                          compression=compression) as ws:
+                if first:
+                    first = False
+                    if on_first_connect:
+                        on_first_connect()
+                async for raw in ws:
+                    arrived = time.time()
+                    head = TIME_RE.search(raw, 0, 300)
+                    if head:
+                        on_message(head.group(1), float(head.group(2)), arrived, raw)
+        except websockets.ConnectionClosedOK:
+            pass
+        except (websockets.ConnectionClosed, websockets.InvalidHandshake, OSError, asyncio.TimeoutError) as exc:
+            error = exc
+        if on_closed:
+            on_closed(error)
+        await asyncio.sleep(retry_s)
+
+
 def bench_live(results, clients: int, seconds: float, gpus_factory: str = "tests.fakenvml:eight_gpus",
                deflate: bool = True, server_deflate: bool = False):
     import asyncio
@@ -258,7 +296,6 @@ def bench_live(results, clients: int, seconds: float, gpus_factory: str = "tests
 
     import httpx
     import redis
-    import websockets
 
     from dashboard.standalone import find_redis_server
 
@@ -313,35 +350,27 @@ def bench_live(results, clients: int, seconds: float, gpus_factory: str = "tests
             latencies, sizes, per_client = [], [], [0] * clients
             ready = asyncio.Event()
             measuring = {"on": False}
+            url = f"ws://127.0.0.1:{web_port}/ws/live/"
+            headers = {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{web_port}"}
 
-            async def client(i):
-                headers = {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{web_port}"}
-                first = True
-                while True:  # reconnect as kiln.js does; each reconnect is counted
-                    try:
-                        async with websockets.connect(f"ws://127.0.0.1:{web_port}/ws/live/",
-                                                      additional_headers=headers, max_size=2**24,
-                                                      compression=compression) as ws:
-                            if first:
-                                first = False
-                                connected[0] += 1
-                                if connected[0] == clients:
-                                    ready.set()
-                            async for raw in ws:
-                                arrived = time.time()
-                                # The head of the message is enough (type, host, time come first):
-                                # the clients share this process and must not slow each other down.
-                                head = TIME_RE.search(raw, 0, 300)
-                                if head and head.group(1) == "monitor":
-                                    first_message.set()
-                                if head and head.group(1) == "monitor" and measuring["on"]:
-                                    latencies.append(arrived - float(head.group(2)))
-                                    per_client[i] += 1
-                                    sizes.append(len(raw))
-                    except (websockets.ConnectionClosed, OSError):
-                        pass
+            def client(i):
+                def connected_once():
+                    connected[0] += 1
+                    if connected[0] == clients:
+                        ready.set()
+
+                def on_message(kind, sampled, arrived, raw):
+                    if kind == "monitor":
+                        first_message.set()
+                        if measuring["on"]:
+                            latencies.append(arrived - sampled)
+                            per_client[i] += 1
+                            sizes.append(len(raw))
+
+                def on_closed(exc):
                     reconnects[0] += 1
-                    await asyncio.sleep(0.5)
+                return live_client(url, headers, on_message, compression=compression, on_first_connect=connected_once,
+                                   on_closed=on_closed)
 
             connected, reconnects, other_cpu = [0], [0], {}
             first_message = asyncio.Event()
