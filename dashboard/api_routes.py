@@ -14,6 +14,7 @@ from dashboard.celery import app as celery_app
 from dashboard.api import ApiError, ErrorOut, RowId, operator, router
 from dashboard.models import Job
 from dashboard.schemas import JobOut, StatusOut
+from monitoring.liveness import offline_hosts
 
 api = router("status and jobs")
 
@@ -21,12 +22,14 @@ api = router("status and jobs")
 @api.get("status", response=StatusOut, exclude_unset=True, url_name="api_status")
 def status(request, workers: bool = Query(False)):
     """Redis, the monitor processes and (with ?workers=1) the Celery workers that answer a ping."""
-    out = {"host": settings.HOST_NAME, "redis": {"ok": True, "error": None}, "monitors": [], "workers": None}
+    out = {"host": settings.HOST_NAME, "redis": {"ok": True, "error": None}, "monitors": [], "offline_hosts": [],
+           "workers": None}
     error = services.redis_check()
     if error:
         out["redis"] = {"ok": False, "error": error}
         return out
     out["monitors"] = services.monitor_heartbeats()
+    out["offline_hosts"] = sorted(offline_hosts())
     if workers:
         replies = celery_app.control.ping(timeout=1.0) or []
         out["workers"] = sorted(name for reply in replies for name in reply)

@@ -109,6 +109,25 @@ def envurl(name, default, *, schemes):
     return raw.strip()
 
 
+def envaddress(name, default):
+    """An IP address (v4 or v6, no port, no name: another host must reach it as it is)."""
+    import ipaddress
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().strip("[]")
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an IP address: give this host's address on the network "
+                          "the other Kiln hosts share, e.g. 10.0.0.12.") from None
+    if address.is_unspecified:
+        raise ConfigError(f"{name}={raw!r} is the wildcard address: give the address other hosts reach "
+                          "this host at, e.g. 10.0.0.12.")
+    return str(address)
+
+
 def secret_key(data_dir):
     """SECRET_KEY from the environment, else one generated once and kept in DATA_DIR."""
     raw = os.environ.get("SECRET_KEY")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api import Schema
 
@@ -50,6 +50,7 @@ class StatusOut(Schema):
     host: str
     redis: RedisStatus
     monitors: list[MonitorBeat]
+    offline_hosts: list[str] = Field([], description="hosts whose monitor was seen but has stopped beating")
     workers: Optional[list[str]] = None
 
 

@@ -13,6 +13,7 @@ from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from dashboard.env import (
     ConfigError,
+    envaddress,
     envbool,
     envchoice,
     envfloat,
@@ -60,6 +61,12 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [], allow_empty=True)
 # The name of this GPU host: its Celery queue is host.<name> and its monitor
 # reports under it. One host by default; more hosts share Redis and the database.
 HOST_NAME = envlist("KILN_HOST_NAME", [socket.gethostname().split(".")[0] or "local"])[0]
+# The address the other Kiln hosts reach this host at. Loopback (the default) is
+# the single-host panel: engines listen on 127.0.0.1 as their profiles say. Any
+# other address makes this a GPU host of a larger panel: its engines listen on
+# this address, each with its own API key, so the head's gateway can reach them
+# (inference/deployments/services.py engine_endpoint).
+HOST_ADDRESS = envaddress("KILN_HOST_ADDRESS", "127.0.0.1")
 
 INSTALLED_APPS = [
     "daphne",  # runserver serves ASGI (websockets) in development
@@ -141,6 +148,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-kiln.sqlite3")}
+
+else:
+    # A GPU host reaches PostgreSQL across the network: when the link drops, a query must
+    # fail in seconds (and be retried on the next tick), not hang for the kernel's TCP
+    # retransmission timeout (~15 min), and a connect must not wait two minutes of SYNs.
+    # Parameters given in DATABASE_URL's query string win.
+    for _name, _value in (("connect_timeout", 5), ("keepalives", 1), ("keepalives_idle", 10),
+                          ("keepalives_interval", 5), ("keepalives_count", 3), ("tcp_user_timeout", 10000)):
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_name, _value)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -270,6 +286,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Enqueueing must fail fast when Redis is down so the user sees an error, not a hung page.
 CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("CELERY_BROKER_CONNECTION_TIMEOUT", 3.0, minimum=0.5)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5}
+# A worker on a GPU host that loses Redis (a cut link) keeps trying to reconnect, however
+# long it takes, instead of exiting after Celery's default 100 attempts.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # The monitor's sampling period; issue-specific code reads it.

@@ -433,9 +433,28 @@ class Deployment(models.Model):
     def __str__(self):
         return f"{self.name} #{self.pk} ({self.status})"
 
+    # Set by the selectors that show a row (inference.deployments.selectors.mark_reachability)
+    # when its host's monitor has stopped beating; never stored.
+    host_offline = False
+    UNREACHABLE = "unreachable"
+
+    @property
+    def unreachable(self) -> bool:
+        """Its host is offline while it should be running: what it does now is unknown.
+        Shown, never written as failed: the host re-adopts the engine when it is back."""
+        return self.host_offline and self.status in self.ACTIVE
+
+    @property
+    def shown_status(self) -> str:
+        return self.UNREACHABLE if self.unreachable else self.status
+
+    @property
+    def shown_status_label(self) -> str:
+        return _("Unreachable") if self.unreachable else self.get_status_display()
+
     @property
     def colour(self):
-        return self.STATUS_COLOURS.get(self.status, "grey")
+        return "amber" if self.unreachable else self.STATUS_COLOURS.get(self.status, "grey")
 
     @property
     def engine(self) -> str:

@@ -21,10 +21,12 @@ import httpx
 from django.db import close_old_connections, connections
 from redis.exceptions import RedisError
 
+from dashboard.outage import DB_UNREACHABLE, Outage
 from dashboard.services import MONITOR_HEARTBEAT_KEY
 from monitoring import history
 from monitoring.alerts.checks import GpuConditions
 from monitoring.consumers import LIVE_GROUP
+from monitoring.liveness import KNOWN_HOSTS_KEY
 from monitoring.enginemetrics import EngineMetricsReader, empty_snapshot
 from monitoring.nvml import Nvml, attach_deployments
 from monitoring.targets import engine_targets
@@ -70,6 +72,7 @@ class Monitor:
         self._db = ThreadPoolExecutor(1, thread_name_prefix="kiln-monitor-db")
         self._http: httpx.AsyncClient | None = None
         self.alerts = GpuConditions(host)  # Xid, slowdown, PCIe, ECC, memory: events written off this loop
+        self.db_outage = Outage("the database (monitor)", "GPUs and engines are still sampled and published")
 
     # ------------------------------------------------------------ database thread
 
@@ -93,11 +96,27 @@ class Monitor:
             return engine_targets(self.host)
         return list(source()) if callable(source) else list(source)
 
+    def _took_targets(self, reading: asyncio.Future) -> None:
+        if reading.cancelled():
+            return
+        exc = reading.exception()
+        if exc is None:
+            self.targets = reading.result()
+            self.db_outage.over()
+        elif isinstance(exc, DB_UNREACHABLE):
+            self.db_outage.failed(exc)  # keep the last list: the engines did not go anywhere
+        else:
+            log.error("monitor: could not read the running deployments", exc_info=exc)
+
     def _write(self, rows, prune: bool) -> None:
         try:
             history.write_rows(*rows)
             if prune:
                 history.prune()
+            self.db_outage.over()
+        except DB_UNREACHABLE as exc:  # said once per outage; the batch is lost, sampling goes on
+            self.write_errors += 1
+            self.db_outage.failed(exc)
         except Exception:  # noqa: BLE001 - a lost batch must not stop live monitoring
             self.write_errors += 1
             log.exception("monitor: could not write %d history rows", sum(len(r) for r in rows))
@@ -118,15 +137,19 @@ class Monitor:
         self._http = httpx.AsyncClient(timeout=min(MAX_SCRAPE_TIMEOUT_S, max(0.2, self.interval * 0.6)))
         next_tick = time.monotonic()
         last_targets = last_beat = last_flush = last_prune = float("-inf")
+        reading = None
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                if now - last_targets >= TARGETS_EVERY_S:
+                if now - last_targets >= TARGETS_EVERY_S and (reading is None or reading.done()):
+                    # Read beside the ticks, not before one: with the database away (a cut
+                    # link) a query can hang for seconds, and the GPUs must still be sampled.
                     last_targets = now
-                    try:
-                        self.targets = await self._in_db(self._read_targets)
-                    except Exception:  # noqa: BLE001 - keep the last list
-                        log.exception("monitor: could not read the running deployments")
+                    first = reading is None
+                    reading = asyncio.ensure_future(self._in_db(self._read_targets))
+                    reading.add_done_callback(self._took_targets)
+                    if first:  # the first tick already scrapes what runs
+                        await asyncio.wait([reading])
                 message = await self.tick()
                 if now - last_beat >= HEARTBEAT_EVERY_S and not self.publish_failing:
                     last_beat = now
@@ -189,7 +212,13 @@ class Monitor:
             await self.layer.group_send(LIVE_GROUP, {"type": "live.message", "text": json.dumps(message)})
             if self.redis is not None:
                 key = MONITOR_HEARTBEAT_KEY.format(host=self.host)
-                await self.redis.set(key, json.dumps(self.heartbeat()), ex=max(5, int(self.interval * 5)))
+                beat = self.heartbeat()
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.set(key, json.dumps(beat), ex=max(5, int(self.interval * 5)))
+                # Known hosts: once seen, a host whose heartbeat expires is shown offline
+                # (monitoring.liveness), its deployments unreachable.
+                pipe.hset(KNOWN_HOSTS_KEY, self.host, beat["time"])
+                await pipe.execute()
             if self.publish_failing:
                 log.warning("monitor: publishing again after %d failed samples", self.publish_failing)
                 self.publish_failing = 0
@@ -226,7 +255,9 @@ class Monitor:
         if reader is None:
             reader = self.readers[key] = EngineMetricsReader(target.get("engine"))
         try:
-            response = await self._http.get(target["metrics_url"])
+            secret = target.get("api_key")
+            response = await self._http.get(target["metrics_url"],
+                                            headers={"Authorization": f"Bearer {secret}"} if secret else None)
             if response.status_code != 200:
                 snap = empty_snapshot(reader.engine, problem=f"{target['metrics_url']} answered HTTP "
                                       f"{response.status_code} (llama-server needs --metrics)")

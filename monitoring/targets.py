@@ -8,7 +8,7 @@ from django.conf import settings
 
 
 def engine_targets(host: str | None = None) -> list[dict]:
-    """[{deployment_id, name, engine, metrics_url, pid}] for this host's ready deployments."""
+    """[{deployment_id, name, engine, metrics_url, pid, api_key}] for this host's ready deployments."""
     from inference.engines import get_engine
     from inference.models import Deployment
 
@@ -22,6 +22,8 @@ def engine_targets(host: str | None = None) -> list[dict]:
             # The engine's own address (loopback when it listens on every interface).
             "metrics_url": get_engine(dep.engine).metrics_url(dep.bind_host, dep.port),
             "pid": dep.pid,
+            # llama-server guards /metrics with its --api-key (vLLM does not): send it.
+            "api_key": dep.api_key,
         }
         for dep in rows
     ]

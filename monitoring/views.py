@@ -5,6 +5,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from monitoring import history, selectors
+from monitoring.liveness import offline_hosts
 
 
 @require_GET
@@ -13,6 +14,7 @@ def monitoring(request):
     no_gpu = [m for m in monitors if not (m.get("nvml") or {}).get("ok", True)]
     return render(request, "monitoring/monitoring.html", {
         "monitors": monitors,
+        "offline_hosts": [] if redis_problem else sorted(offline_hosts()),
         "redis_problem": redis_problem,
         "no_gpu": no_gpu,
         "gpus": selectors.known_gpus(),

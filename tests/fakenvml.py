@@ -349,6 +349,11 @@ def two_gpus():
                          v100_on_x99(uuid="GPU-fake-v100-1")])
 
 
+def one_v100():
+    """A single passive V100 (another GPU host than two_gpus' in the multi-host test)."""
+    return LiveFakeNvml([v100_on_x99(uuid="GPU-fake-v100-c0", bus_id="00000000:3b:00.0")])
+
+
 def eight_gpus():
     return LiveFakeNvml([FakeGpu(uuid=f"GPU-fake-{i}", processes=[(1000 + i, 1 << 30)]) for i in range(8)])
 

@@ -24,7 +24,8 @@ def invalid(exc: InvalidLaunch) -> ApiError:
 
 @api.get("deployments/", response=DeploymentList, url_name="api_deployments")
 def deployment_list(request):
-    return {"deployments": [selectors.deployment_dict(d) for d in selectors.deployment_list()[:200]]}
+    rows = selectors.mark_reachability(selectors.deployment_list()[:200])
+    return {"deployments": [selectors.deployment_dict(d) for d in rows]}
 
 
 @api.post("deployments/", response={202: DeploymentOut, **REFUSED}, auth=operator, url_name="api_deployments_launch")

@@ -166,9 +166,12 @@ class DeploymentRow(Schema):
     engine: str
     profile: Optional[int]
     model: Optional[int]
-    status: str
+    status: str = Field(description="as shown: 'unreachable' while the host's monitor is silent, else the "
+                                    "recorded status")
     status_label: str
     colour: str
+    recorded_status: str = Field("", description="the status the host last recorded")
+    host_online: bool = Field(True, description="false while the host's monitor has stopped beating")
     phase: str
     phase_label: str = Field("", description="the phase in the request's language")
     phases: list[Phase]

@@ -15,6 +15,7 @@ from inference.deployments.services import preset_status
 from inference.models import Deployment, EngineRuntime, LaunchProfile
 from inference.deployments.presets import CHAT_COMPLETIONS, PRESETS, request_additions, request_defaults_for
 from inference.deployments.supervisor import read_log_tail
+from monitoring.liveness import offline_hosts
 
 
 def deployment_list(host=None):
@@ -34,7 +35,19 @@ def deployment_get_or_404(deployment_id: int) -> Deployment:
     dep = Deployment.objects.select_related("profile__runtime", "model").filter(pk=deployment_id).first()
     if dep is None:
         raise Http404(gettext("No deployment #%(id)s.") % {"id": deployment_id})
+    mark_reachability([dep])
     return dep
+
+
+def mark_reachability(deployments):
+    """Mark the rows whose host is offline (its monitor stopped beating), so they are
+    shown unreachable rather than as the status their host last wrote. Returns the list."""
+    deployments = list(deployments)
+    active = {d.host for d in deployments if d.status in Deployment.ACTIVE}
+    offline = offline_hosts(active) if active else set()
+    for d in deployments:
+        d.host_offline = d.host in offline
+    return deployments
 
 
 def runtime_get_or_404(runtime_id: int) -> EngineRuntime:
@@ -70,7 +83,9 @@ def deployment_dict(dep: Deployment) -> dict:
     return {
         "id": dep.pk, "name": dep.name, "host": dep.host, "engine": dep.engine,
         "profile": dep.profile_id, "model": dep.model_id,
-        "status": dep.status, "status_label": dep.get_status_display(), "colour": dep.colour,
+        # What to show: "unreachable" while the host is offline; recorded_status is what the host last wrote.
+        "status": dep.shown_status, "status_label": str(dep.shown_status_label), "colour": dep.colour,
+        "recorded_status": dep.status, "host_online": not dep.host_offline,
         "phase": dep.phase, "phase_label": phases.label(dep.phase), "phases": phases.labelled(dep.phases),
         "pid": dep.pid, "port": dep.port,
         "bind_host": dep.bind_host, "base_url": dep.base_url, "openai_base_url": dep.openai_base_url,

@@ -17,7 +17,9 @@ updated and kills the process it just started.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -464,9 +466,47 @@ def ensure_model_file(profile: LaunchProfile) -> None:
         assemble_demo_model(str(Path(profile.model_path).parent))
 
 
+# Listen addresses that keep an engine on its own machine, or open it on every interface.
+_LOCAL_OR_WILDCARD = {"", "localhost", "0.0.0.0", "::"}
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    if address in ("", "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def engine_endpoint(bind_host: str, api_key: str) -> tuple[str, str]:
+    """(listen address, API key) of an engine launched on this host.
+
+    On a single-host panel (KILN_HOST_ADDRESS loopback, the default) the profile's
+    own values, unchanged. On a GPU host of a larger panel the head's gateway,
+    benchmarks and pages reach the engine across the network: a loopback or
+    wildcard listen address becomes this host's KILN_HOST_ADDRESS (one interface,
+    not all of them), and an engine without an API key gets a random one of its
+    own, so that only Kiln, which keeps it on the deployment's row, can call it.
+    A specific address the profile names is kept: the operator chose that interface.
+    """
+    address = settings.HOST_ADDRESS
+    if _is_loopback(address):
+        return bind_host, api_key
+    if bind_host in _LOCAL_OR_WILDCARD or _is_loopback(bind_host):
+        bind_host = address
+    return bind_host, api_key or secrets.token_urlsafe(32)
+
+
 def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
     """Start (or restart) a deployment's engine from its profile. Raises
-    InvalidLaunch / PortUnavailable / SpawnError with a message for the user."""
+    InvalidLaunch / PortUnavailable / SpawnError with a message for the user.
+
+    The engine's listen address and API key come from engine_endpoint and are
+    written to `dep` (not saved: the caller saves them with the pid); a restart
+    keeps the key the deployment already has, so the gateway's copy stays right."""
     profile = dep.profile
     if profile is None:
         raise supervisor.SpawnError("its launch profile was deleted")
@@ -475,6 +515,10 @@ def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
     spec = profile.as_spec(port=dep.port if (keep_port and dep.port) else profile.port)
     if keep_port and dep.port:
         spec = spec.with_port(dep.port)
+    host, api_key = engine_endpoint(profile.bind_host, dep.api_key or profile.api_key)
+    if (host, api_key) != (spec.host, spec.api_key):
+        spec = dataclasses.replace(spec, host=host, api_key=api_key)
+    dep.bind_host, dep.api_key = spec.host, spec.api_key
     return supervisor.launch(engine, spec, profile.runtime.as_runtime(), log_path_for(dep.pk),
                              exclude_ports=ports_promised(dep.host, exclude_id=dep.pk),
                              launch_dir=launch_dir_for(dep.pk))
@@ -515,7 +559,8 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     offset = log_offset_of_latest_run(h.log_path)
     wrote = Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
         pid=h.pid, start_time=h.start_time, pgid=h.pgid, port=launched.port, log_path=h.log_path,
-        log_offset=offset, argv=launched.argv, command=launched.command, watch_state=state.to_dict())
+        log_offset=offset, argv=launched.argv, command=launched.command, watch_state=state.to_dict(),
+        bind_host=dep.bind_host, api_key=dep.api_key)
     if not wrote:  # stopped while we were spawning: leave nothing behind
         supervisor.stop(h, grace_s=5)
         Deployment.objects.filter(pk=dep.pk).update(status=Deployment.Status.STOPPED, stopped=timezone.now())

@@ -22,7 +22,7 @@ from inference.preflight.services import estimate_vs_actual
 @require_GET
 def deployments(request):
     return render(request, "deployments/deployments.html", {
-        "deployments": sel.deployment_list()[:100], "presets": sel.preset_cards(), "profiles": sel.profile_list(),
+        "deployments": sel.mark_reachability(sel.deployment_list()[:100]), "presets": sel.preset_cards(), "profiles": sel.profile_list(),
         "runtimes": sel.runtime_list(), "runtime_form": RuntimeForm(initial={"kind": "executable"}),
         "host_name": settings.HOST_NAME,
     })

@@ -27,8 +27,10 @@ import logging
 import time
 
 from django.db import close_old_connections
+from redis.exceptions import RedisError
 from django.utils import timezone
 
+from dashboard.outage import DB_UNREACHABLE, Outage
 from inference.deployments import supervisor
 from inference.deployments.services import (
     deployment_record_phase,
@@ -113,6 +115,8 @@ def watch_deployments(host_name: str, watchers: dict, config: supervisor.WatchCo
         seen.add(dep.pk)
         try:
             msg = _tick_one(dep, watchers, config)
+        except DB_UNREACHABLE:
+            raise  # not this row's fault: the whole tick waits for the database (run_watch_loop)
         except Exception:  # one broken row must not stop the others being watched
             log.exception("watching deployment %s failed", dep.pk)
             continue
@@ -206,12 +210,13 @@ def _restart(dep: Deployment, w: supervisor.Watcher, action) -> dict | None:
     h = launched.handle
     wrote = Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING).update(
         pid=h.pid, start_time=h.start_time, pgid=h.pgid, port=launched.port, argv=launched.argv,
-        command=launched.command)
+        command=launched.command, bind_host=dep.bind_host, api_key=dep.api_key)
     if not wrote:  # stopped while we were spawning
         supervisor.stop(h, grace_s=5)
         return None
     w.restarted(h)
     w.health_url = w.engine.health_url(dep.bind_host, launched.port)
+    w.api_key = dep.api_key
     if not isinstance(w.follower, _RecordingFollower):
         w.follower = _RecordingFollower(h.log_path, log_offset_of_latest_run(h.log_path))
     deployment_record_phase(dep.pk, "restarted")
@@ -222,14 +227,25 @@ async def run_watch_loop(layer, host_name: str, stop: asyncio.Event, interval: f
     """The monitor's task: tick every `interval` seconds and publish what changed."""
     watchers: dict = {}
     next_tick = time.monotonic()
+    outage = Outage("the database (deployment watch)", "the engines are left running as they are")
     while not stop.is_set():
         try:
             messages = await asyncio.to_thread(watch_deployments, host_name, watchers)
+            outage.over()
+        except DB_UNREACHABLE as exc:
+            # PostgreSQL away (a cut link): nothing is marked or restarted for it; the
+            # watchers and their engines stay as they are, and the next ticks retry, spaced out.
+            messages = []
+            next_tick = time.monotonic() + outage.failed(exc) - interval
         except Exception:
             log.exception("deployment watch tick failed")
             messages = []
         for m in messages:
-            await layer.group_send(group, {"type": "live.message", "payload": m})
+            try:
+                await layer.group_send(group, {"type": "live.message", "payload": m})
+            except (RedisError, OSError) as exc:
+                log.warning("deployment watch: cannot publish to Redis (%s); the row has the news", exc)
+                break
         next_tick += interval
         try:
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_tick - time.monotonic()))

@@ -21,12 +21,14 @@ from asgiref.sync import sync_to_async
 
 from inference.deployments.presets import request_defaults_for
 from inference.models import Deployment
+from monitoring.liveness import offline_hosts
 
 # Seconds a client should wait before retrying, by what the deployments are doing.
 RETRY_AFTER_STARTING = 10
 RETRY_AFTER_DOWN = 30
 TABLE_TTL_S = 1.0
 MISS_REFRESH_S = 0.25  # an unknown model re-reads the table at most this often
+UNREACHABLE = Deployment.UNREACHABLE  # the status of a ready deployment whose host is offline
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,12 @@ def _base_url(bind_host: str, port: int) -> str:
     return f"http://{h}:{port}"
 
 
+def _remote(bind_host: str) -> bool:
+    """Reached across the network: an engine of another host (engine_endpoint binds it to its
+    host's address). One on loopback or every interface answers, or refuses, at once."""
+    return (bind_host or "127.0.0.1") not in ("127.0.0.1", "0.0.0.0", "::", "::1", "localhost")
+
+
 @dataclass
 class Table:
     ready: dict[str, list[Upstream]]
@@ -68,10 +76,17 @@ def _read_table() -> Table:
     try:
         ready: dict[str, list[Upstream]] = defaultdict(list)
         statuses: dict[str, list[str]] = defaultdict(list)
-        rows = Deployment.objects.exclude(served_model_name="").order_by("pk").values(
-            "id", "name", "status", "bind_host", "port", "api_key", "served_model_name", "profile__preset")
+        rows = list(Deployment.objects.exclude(served_model_name="").order_by("pk").values(
+            "id", "name", "status", "host", "bind_host", "port", "api_key", "served_model_name", "profile__preset"))
+        remote = {r["host"] for r in rows if r["status"] == Deployment.Status.READY and _remote(r["bind_host"])}
+        offline = offline_hosts(remote) if remote else set()
         for r in rows:
             model = r["served_model_name"]
+            if r["host"] in offline and _remote(r["bind_host"]):
+                # Its host's monitor is silent (a cut link, a host down): a connection to it
+                # would hang for the connect timeout, so it is not tried until the host beats again.
+                statuses[model].append(UNREACHABLE)
+                continue
             statuses[model].append(r["status"])
             if r["status"] == Deployment.Status.READY and r["port"]:
                 ready[model].append(Upstream(r["id"], r["name"], _base_url(r["bind_host"], r["port"]), r["api_key"],

@@ -206,6 +206,11 @@ async def _checked_request(path, raw_body, streams, info, verdict):
                 404, _("The model %(model)r does not exist on this panel (ready models: %(listed)s).")
                 % {"model": model, "listed": listed},
                 "invalid_request_error", "model_not_found", param="model"))
+        if routing.UNREACHABLE in route.statuses:
+            return await refuse(error_response(
+                503, _("The deployment(s) serving %(model)r are on a host that has stopped reporting (offline or "
+                       "cut off); retry in %(wait)s s.") % {"model": model, "wait": RETRY_AFTER_UNREACHABLE},
+                "server_error", "deployment_unreachable", retry_after=RETRY_AFTER_UNREACHABLE))
         wait = routing.retry_after(route.statuses)
         return await refuse(error_response(
             503, _("No deployment of %(model)r is ready (now: %(statuses)s); retry in %(wait)s s.")

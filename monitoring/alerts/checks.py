@@ -25,13 +25,14 @@ from django.db import close_old_connections, connections
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from dashboard.outage import DB_UNREACHABLE, Outage
 from monitoring.alerts import conf, delivery, services
 from monitoring.alerts.events import raise_event, raise_event_nowait
+from monitoring.liveness import KNOWN_HOSTS_KEY  # host -> last time its monitor was seen (Redis hash)
 
 log = logging.getLogger("kiln.alerts")
 
 THERMAL_OR_HW_BITS = 0x8 | 0x20 | 0x40  # HW slowdown, thermal (software), thermal (hardware)
-KNOWN_HOSTS_KEY = "kiln:alerts:hosts"  # host -> last time its monitor was seen (Redis hash)
 
 
 class GpuConditions:
@@ -244,10 +245,17 @@ class HostAgent(threading.Thread):
         last_checks = float("-inf")
         # Give the host's worker (started together with the monitor) a moment before the first check.
         first = time.monotonic() + min(15.0, self.checks_every_s)
-        while not self.stopping.wait(self.every_s):
+        outage = Outage("the database (alerts)", "alerts wait in this process")
+        wait_s = self.every_s
+        while not self.stopping.wait(wait_s):
             close_old_connections()
+            wait_s = self.every_s
             try:
                 delivery.deliver_due(stop=self.stopping)
+                outage.over()
+            except DB_UNREACHABLE as exc:  # a cut link: said once, retried less often, checks skipped
+                wait_s = max(self.every_s, outage.failed(exc))
+                continue
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("alert backstop failed")
             now = time.monotonic()
@@ -260,6 +268,9 @@ class HostAgent(threading.Thread):
                         break
                     try:
                         check()
+                    except DB_UNREACHABLE as exc:
+                        outage.failed(exc)
+                        break
                     except Exception:  # noqa: BLE001 - one failing check must not stop the others
                         log.exception("alert host check failed")
         connections.close_all()  # the thread ends (see run)

@@ -33,6 +33,7 @@
   function apply(m) {
     appendLog(m);
     badge.textContent = m.status_label; badge.className = "badge " + m.colour; badge.dataset.status = m.status;
+    document.getElementById("host-offline").hidden = m.status !== "unreachable";  // the host is back: its monitor speaks
     document.getElementById("phase").textContent = m.phase_label || m.phase || "";
     if (m.base_url) {
       const code = document.createElement("code");
@@ -69,7 +70,7 @@
   Kiln.follow({
     type: "deployment", id, status: badge.dataset.status,
     url: `/api/deployments/${id}`, pick: (data) => data.deployment, interval: 2000,
-    pollWhile: (status) => ["pending", "starting", "stopping"].includes(status),
+    pollWhile: (status) => ["pending", "starting", "stopping", "unreachable"].includes(status),
     isFinal: (status) => ["stopped", "failed"].includes(status), reloadDelay: 300,
     onUpdate: apply,
   });

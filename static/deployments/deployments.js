@@ -8,7 +8,7 @@
     Kiln.follow({
       type: "deployment", id, status: row.dataset.status,
       url: `/api/deployments/${id}`, pick: (data) => data.deployment, interval: 5000,
-      pollWhile: (status) => ["pending", "starting", "stopping"].includes(status),
+      pollWhile: (status) => ["pending", "starting", "stopping", "unreachable"].includes(status),
       onUpdate: (m) => {
         badge.textContent = m.status_label; badge.className = "badge " + m.colour;
         row.querySelector('[data-role="phase"]').textContent = m.phase_label || m.phase;

@@ -149,7 +149,7 @@ def test_engine_targets_are_this_hosts_ready_deployments(db):
     Deployment.objects.create(name="loading", host=settings.HOST_NAME, engine_name="vllm", status="starting", port=8124)
     Deployment.objects.create(name="elsewhere", host="other-host", engine_name="vllm", status="ready", port=8125)
     assert engine_targets() == [{"deployment_id": ready.pk, "name": "gemma", "engine": "llamacpp",
-                                 "metrics_url": "http://127.0.0.1:8123/metrics", "pid": 4242}]
+                                 "metrics_url": "http://127.0.0.1:8123/metrics", "pid": 4242, "api_key": ""}]
 
 
 def test_no_gpu_state_is_published_and_shown_with_the_reason(transactional_db, redis_clean, operator, tmp_path):

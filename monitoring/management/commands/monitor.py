@@ -72,7 +72,9 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        redis = aioredis.from_url(settings.REDIS_URL)
+        # Timeouts: with the link to Redis cut, a heartbeat must fail (and be retried next
+        # tick) rather than hold the sampling loop until TCP gives up.
+        redis = aioredis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=3)
         layer = get_channel_layer()
         monitor = Monitor(nvml=nvml, host=settings.HOST_NAME, interval=interval, layer=layer,
                           redis=redis, flush_interval=settings.MONITOR_FLUSH_INTERVAL,
