@@ -83,8 +83,7 @@ window.Kiln = (function () {
       }
     }
     live.on(o.type, (msg) => { if (list || Number(msg.id) === id) take(msg); });
-    if (o.url) timer = setInterval(async () => {
-      if (finished || (!list && !pollWhile(status))) return;
+    async function poll() {
       let data;
       try { data = await getJSON(o.url); } catch (e) { return; }  // the live dot shows the panel is unreachable
       const picked = o.pick(data);
@@ -94,8 +93,29 @@ window.Kiln = (function () {
         if (o.onPoll) o.onPoll(data);
       }
       else take(picked);
+    }
+    if (o.url) timer = setInterval(() => {
+      if (finished || (!list && !pollWhile(status))) return;
+      poll();
     }, o.interval);
-    return { status: () => status };
+    // refresh(): one poll now, whatever the status (e.g. its host went quiet: see onHostSilent).
+    return { status: () => status, refresh: () => { if (o.url && !finished) poll(); } };
+  }
+
+  // A host whose monitor goes quiet (a cut link, the host down) sends nothing that says
+  // so: fn() runs once when a host this tab has heard from is silent for `afterMs`, and
+  // again after it has spoken since. The JSON API then shows its rows unreachable.
+  const hostHeard = {};
+  live.on("monitor", (m) => { hostHeard[m.host] = Date.now(); });
+  function onHostSilent(host, fn, afterMs) {
+    let told = false;
+    setInterval(() => {
+      const heard = hostHeard[host];
+      if (heard === undefined) return;
+      const silent = Date.now() - heard > (afterMs || 8000);
+      if (silent && !told) fn();
+      told = silent;
+    }, 2000);
   }
 
   // A form with data-confirm="question" asks before it submits (instead of an
@@ -106,5 +126,5 @@ window.Kiln = (function () {
     if (question && !confirm(question)) { ev.preventDefault(); ev.stopPropagation(); }
   }, true);
 
-  return { getJSON, postJSON, csrfToken, live, follow };
+  return { getJSON, postJSON, csrfToken, live, follow, onHostSilent };
 })();

@@ -67,11 +67,12 @@
   }
 
   // Status changes made by the launch/stop tasks (not the monitor) show up on the short poll.
-  Kiln.follow({
+  const followed = Kiln.follow({
     type: "deployment", id, status: badge.dataset.status,
     url: `/api/deployments/${id}`, pick: (data) => data.deployment, interval: 2000,
     pollWhile: (status) => ["pending", "starting", "stopping", "unreachable"].includes(status),
     isFinal: (status) => ["stopped", "failed"].includes(status), reloadDelay: 300,
     onUpdate: apply,
   });
+  Kiln.onHostSilent(badge.dataset.host, followed.refresh);  // its host cut off: shown unreachable without a reload
 })();

@@ -5,7 +5,7 @@
   document.querySelectorAll("#deployments tr[data-id]").forEach((row) => {
     const id = Number(row.dataset.id);
     const badge = row.querySelector('[data-role="status"]');
-    Kiln.follow({
+    const followed = Kiln.follow({
       type: "deployment", id, status: row.dataset.status,
       url: `/api/deployments/${id}`, pick: (data) => data.deployment, interval: 5000,
       pollWhile: (status) => ["pending", "starting", "stopping", "unreachable"].includes(status),
@@ -14,5 +14,6 @@
         row.querySelector('[data-role="phase"]').textContent = m.phase_label || m.phase;
       },
     });
+    Kiln.onHostSilent(row.dataset.host, followed.refresh);  // shown unreachable without a reload
   });
 })();
