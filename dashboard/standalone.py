@@ -5,7 +5,16 @@ which then stops the children in order (web first, Redis last), waits for each
 group, and kills what outlived the grace period. Engines that the worker
 launched are deliberately outside these groups: they outlive the panel and are
 re-adopted when it comes back.
+
+A runner killed with SIGKILL cannot stop its children, and they hold the web
+port and the old Redis: DATA_DIR/run/standalone.json names the runner and its
+children (pid and start time), so the next start stops what a dead runner left
+(`stop_leftovers`) instead of failing on a taken port. The embedded Redis keeps
+its queue in an append-only file in DATA_DIR/redis (fsync every second), so
+queued jobs survive its crash; what the last second lost, the worker's start
+queues again from the database rows.
 """
+import json
 import os
 import shutil
 import signal
@@ -144,7 +153,20 @@ class Stack:
         child = Child(name=name, argv=argv, env=self.base_env())
         child.start(self.out, self.colour)
         self.children.append(child)
+        self.write_pid_file()
         return child
+
+    @property
+    def pid_file(self):
+        return pid_file_of(self.data_dir)
+
+    def write_pid_file(self):
+        record = {"runner": _process_record(os.getpid()),
+                  "children": [{"name": c.name, **_process_record(c.process.pid)} for c in self.children]}
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.pid_file)
 
     def start_redis(self):
         url = os.environ.get("REDIS_URL")
@@ -164,8 +186,8 @@ class Stack:
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         self.spawn(
             "redis",
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--protected-mode", "yes", "--loglevel", "warning"],
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+             "--appendfsync", "everysec", "--dir", str(workdir), "--protected-mode", "yes", "--loglevel", "warning"],
         )
         deadline = time.monotonic() + 10
         while redis_error(self.redis_url):
@@ -232,6 +254,7 @@ class Stack:
             if child.pump:
                 child.pump.join(timeout=2)
         self.children.clear()
+        self.pid_file.unlink(missing_ok=True)
 
 
 def connect_host(host):
@@ -244,3 +267,87 @@ def redis_error(url):
     except redis.RedisError as exc:
         return f"Redis at {url} is not reachable ({exc})."
     return None
+
+
+def pid_file_of(data_dir):
+    return Path(data_dir) / "run" / "standalone.json"
+
+
+def _start_time(pid):
+    """Field 22 of /proc/<pid>/stat (None when there is no such process or it is a zombie)."""
+    try:
+        data = Path(f"/proc/{int(pid)}/stat").read_text("ascii", "replace")
+    except (OSError, ValueError):
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    return int(rest[19])
+
+
+def _process_record(pid):
+    return {"pid": pid, "start_time": _start_time(pid)}
+
+
+def _same_process(record):
+    """The recorded process still runs (its pid was not given to another one since)."""
+    return bool(record.get("pid")) and record.get("start_time") is not None \
+        and _start_time(record["pid"]) == record["start_time"]
+
+
+def _group_alive(pgid):
+    """A live (not zombie) process is in the group: an exited child that nobody reaped yet
+    (its parent, the killed runner, is gone; a container's init may not reap) does not count."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            data = Path(f"/proc/{entry}/stat").read_text("ascii", "replace")
+        except OSError:
+            continue
+        rest = data[data.rfind(")") + 2:].split()
+        if len(rest) > 2 and rest[0] not in ("Z", "X") and rest[2] == str(pgid):
+            return True
+    return False
+
+
+def _signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_leftovers(data_dir, say):
+    """Before a start: a runner recorded in DATA_DIR that still runs is refused (StartError);
+    the children of one that died (kill -9, OOM) are stopped, newest first, as stop() would."""
+    path = pid_file_of(data_dir)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        path.unlink(missing_ok=True)
+        return []
+    runner = record.get("runner") or {}
+    if runner.get("pid") != os.getpid() and _same_process(runner):
+        raise StartError(f"another Kiln standalone (pid {runner['pid']}) is running on this data folder "
+                         f"({data_dir}); stop it first, or give this one another DATA_DIR.")
+    stopped = []
+    for child in reversed(record.get("children") or []):
+        if not _same_process(child):
+            continue  # gone, or its pid belongs to another program now: never signal that one
+        pgid = child["pid"]  # each child leads its own session and group
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+            while _group_alive(pgid) and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+        stopped.append(f"{child.get('name', '?')} (pid {pgid})")
+    if stopped:
+        say("a previous runner was killed and left " + ", ".join(stopped) + " running: stopped them")
+    path.unlink(missing_ok=True)
+    return stopped

@@ -384,8 +384,14 @@ def benchmark_execute(run_id: int, worker: str = "") -> None:
     harness's cancel event.
     """
     queued = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.Status.QUEUED, cancel_requested=False)
+    row = queued.only("snapshot").first()
+    if row is None:
+        return
+    # Who runs it, in the claim itself: a worker started after this one died tells from
+    # this record that the run is orphaned (runs_interrupted_sweep).
+    snapshot = {**(row.snapshot or {}), "runner": runner_record()}
     if not jobs.claim(queued, status=BenchmarkRun.Status.RUNNING, started=timezone.now(), worker=worker,
-                      progress={"phase": "preparing", "percent": 0}):
+                      progress={"phase": "preparing", "percent": 0}, snapshot=snapshot):
         return
     run = BenchmarkRun.objects.select_related("deployment").get(pk=run_id)
     _publish(run_id)
@@ -468,6 +474,74 @@ def _record(run: BenchmarkRun, scenario: Scenario, outcome: dict, cancelled: boo
         status, message = BenchmarkRun.Status.SUCCEEDED, ""
     progress = {**progress, "phase": status, "percent": 100.0 if status == "succeeded" else progress.get("percent", 0)}
     _finish(run.pk, status, error=message, result=steps, snapshot=snapshot, progress=progress)
+
+
+def runner_record() -> dict:
+    """This process as the runner of a benchmark: host, pid and the pid's start time
+    (a pid the kernel gave to another process later has another start time)."""
+    import os
+
+    from django.conf import settings
+
+    from inference.deployments.supervisor import process_start_time
+
+    pid = os.getpid()
+    return {"host": settings.HOST_NAME, "pid": pid, "start_time": process_start_time(pid)}
+
+
+def runner_gone(run: BenchmarkRun, host: str) -> bool:
+    """Is the process that claimed this running run surely dead? Answerable on its own
+    host only; a run claimed before runners were recorded counts as orphaned (this is
+    asked when a worker starts, so whoever ran it then has gone)."""
+    import os
+
+    from inference.deployments.supervisor import is_running
+
+    runner = (run.snapshot or {}).get("runner")
+    if not isinstance(runner, dict) or not runner.get("pid"):
+        return True
+    if runner.get("host") != host:
+        return False
+    if runner["pid"] == os.getpid():
+        return False
+    start = runner.get("start_time")
+    if start is None:
+        try:
+            os.kill(int(runner["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return not is_running(int(runner["pid"]), int(start))
+
+
+# Shown on a run whose worker died mid-measurement; its partial figures are not kept.
+INTERRUPTED = gettext_noop("Interrupted: the worker running this benchmark stopped (killed, crashed or restarted) "
+                           "before it finished, so it has no results; start the run again.")
+
+
+def runs_interrupted_sweep(*, host: str) -> tuple[int, int]:
+    """At worker start (the database is the record, not Redis's queue): this host's runs
+    whose runner died are marked failed as interrupted, never succeeded with partial
+    data; queued runs are queued again, since their message may have gone with a killed
+    worker or Redis (a second message is harmless: only one claim of a queued row wins).
+    Runs an experiment owns are left to the experiment's own resume. Returns
+    (interrupted, queued again)."""
+    interrupted = requeued = 0
+    mine = BenchmarkRun.objects.filter(deployment__host=host, source=BenchmarkRun.Source.KILN)
+    for run in mine.filter(status=BenchmarkRun.Status.RUNNING):
+        if not runner_gone(run, host):
+            continue
+        progress = {**(run.progress or {}), "phase": "interrupted"}
+        if _finish(run.pk, BenchmarkRun.Status.FAILED, error=_(INTERRUPTED), only_from=(BenchmarkRun.Status.RUNNING,),
+                   progress=progress, result=[]):
+            interrupted += 1
+            _publish(run.pk)
+    for run in mine.filter(status=BenchmarkRun.Status.QUEUED, experiment_steps__isnull=True).only("pk"):
+        if jobs.send(benchmark_run, run.pk, queue=host_queue(host), on_refused=_not_queued):
+            requeued += 1
+    return interrupted, requeued
 
 
 def benchmark_fail_unexpected(run_id: int, exc: BaseException) -> None:

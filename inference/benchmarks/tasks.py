@@ -50,3 +50,20 @@ def resume_interrupted_experiments(sender=None, **kwargs):
         return
     if count:
         logger.info("queued %d interrupted experiment(s) of host %s again", count, settings.HOST_NAME)
+
+
+@worker_ready.connect
+def sweep_interrupted_benchmarks(sender=None, **kwargs):
+    """A worker starting on a host: runs whose worker died are marked interrupted, queued ones queued again."""
+    from django.conf import settings
+
+    from inference.benchmarks import services as benchmark_runs
+
+    try:
+        interrupted, requeued = benchmark_runs.runs_interrupted_sweep(host=settings.HOST_NAME)
+    except Exception:  # never stop a worker from starting over this
+        logger.exception("could not look for interrupted benchmark runs")
+        return
+    if interrupted or requeued:
+        logger.info("benchmark runs of host %s: %d marked interrupted, %d queued again", settings.HOST_NAME,
+                    interrupted, requeued)

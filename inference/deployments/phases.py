@@ -16,6 +16,7 @@ LABELS = {
     PHASE_COMPILING: _("compiling"),
     PHASE_READY: _("ready"),
     "restarted": _("restarted"),
+    "relaunched": _("launched again after a worker restart"),
     "crashed": _("crashed"),
     "failed": _("failed"),
     "stopping": _("stopping"),

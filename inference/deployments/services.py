@@ -568,6 +568,41 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     return dep
 
 
+def deployments_resume_interrupted(*, host) -> dict:
+    """At worker start, from the rows (Redis's queue may have lost the messages, or a
+    killed worker held them unacknowledged for an hour): this host's pending launches
+    and stops are queued again (each claims its row, so a second message does nothing),
+    and a launch cut between spawning the engine and recording its pid -- which nothing
+    could re-adopt -- has what it started ended and is launched again."""
+    counts = {"launches": 0, "stops": 0, "relaunched": 0}
+    rows = Deployment.objects.filter(host=host)
+    for dep in rows.filter(status=Deployment.Status.STARTING, pid__isnull=True):
+        orphans = supervisor.marked_processes(str(launch_dir_for(dep.pk)))
+        left = supervisor.end_processes(orphans) if orphans else []
+        if left:
+            Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING, pid__isnull=True).update(
+                status=Deployment.Status.FAILED, stopped=timezone.now(), phase="failed",
+                failure=_("The worker stopped while it started the engine, and processes %(pids)s of that start "
+                          "did not end.") % {"pids": left},
+                hint=_("End those processes on the host, then launch again."))
+            deployment_record_phase(dep.pk, "failed")
+            continue
+        supervisor.clean_launch_dir(launch_dir_for(dep.pk))
+        if Deployment.objects.filter(pk=dep.pk, status=Deployment.Status.STARTING, pid__isnull=True).update(
+                status=Deployment.Status.PENDING, phase="relaunched",
+                hint=_("The worker stopped while it started the engine (before its process was recorded); "
+                       "the launch was started again.")):
+            deployment_record_phase(dep.pk, "relaunched")
+            counts["relaunched"] += 1
+    for dep in rows.filter(status=Deployment.Status.PENDING).only("pk"):
+        if jobs.send(launch_deployment, dep.pk, queue=host_queue(host), on_refused=_launch_not_queued):
+            counts["launches"] += 1
+    for dep in rows.filter(status=Deployment.Status.STOPPING).only("pk"):
+        if jobs.send(stop_deployment, dep.pk, queue=host_queue(host), on_refused=_stop_not_queued):
+            counts["stops"] += 1
+    return counts
+
+
 def log_offset_of_latest_run(log_path) -> int:
     """Follow the log from the line spawn() wrote for this run (earlier runs' lines are history)."""
     try:

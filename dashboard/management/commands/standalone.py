@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import services
-from dashboard.standalone import Stack, StartError, connect_host, port_in_use
+from dashboard.standalone import Stack, StartError, connect_host, port_in_use, stop_leftovers
 
 
 class Command(BaseCommand):
@@ -19,6 +19,10 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, web_workers, **options):
         if not 1 <= port <= 65535:
             raise CommandError(f"--port {port} is not a TCP port: use 1 to 65535.")
+        try:  # what a runner killed with SIGKILL left holding the port and the old Redis
+            stop_leftovers(settings.DATA_DIR, lambda message: self.stdout.write(f"kiln: {message}\n"))
+        except StartError as exc:
+            raise CommandError(str(exc)) from None
         if port_in_use(host, port):
             raise CommandError(f"port {port} on {host} is already in use (another Kiln?). Stop it or pass --port N.")
         stack = Stack(host=host, port=port, web_workers=web_workers, data_dir=settings.DATA_DIR, host_name=settings.HOST_NAME)
