@@ -154,7 +154,7 @@ else:
     # fail in seconds (and be retried on the next tick), not hang for the kernel's TCP
     # retransmission timeout (~15 min), and a connect must not wait two minutes of SYNs.
     # Parameters given in DATABASE_URL's query string win.
-    for _name, _value in (("connect_timeout", 5), ("keepalives", 1), ("keepalives_idle", 10),
+    for _name, _value in (("connect_timeout", 10), ("keepalives", 1), ("keepalives_idle", 10),
                           ("keepalives_interval", 5), ("keepalives_count", 3), ("tcp_user_timeout", 10000)):
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_name, _value)
 

@@ -36,11 +36,13 @@ def home(request):
     from inference.deployments import presets
     from inference.deployments.services import preset_status
     from inference.library.hubs import preference
+    from inference.deployments.selectors import mark_reachability
     from inference.models import Deployment
     from monitoring.models import Gpu
 
     host = settings.HOST_NAME
-    active = list(Deployment.objects.filter(status__in=Deployment.ACTIVE).order_by("-created")[:20])
+    # An offline host's deployments are shown unreachable, as on the Deployments page.
+    active = mark_reachability(Deployment.objects.filter(status__in=Deployment.ACTIVE).order_by("-created")[:20])
     ready = [d for d in active if d.status == Deployment.Status.READY]
     demo = preset_status(presets.GEMMA_DEMO, host)
     demo_running = next((d for d in active if d.profile_id and d.profile and d.profile.preset == presets.GEMMA_DEMO.slug),

@@ -68,6 +68,7 @@ def test_an_offline_hosts_active_deployments_are_shown_unreachable_not_failed(r,
     page = c.get(f"/deployments/{ready.pk}/").content.decode()
     assert 'data-status="unreachable"' in page and "The monitor on gpu-b has stopped reporting" in page
     assert 'data-status="unreachable"' in c.get("/deployments/").content.decode()
+    assert ">Unreachable</span>" in c.get("/").content.decode()  # the overview's running deployments
     assert c.get("/api/status").json()["offline_hosts"] == ["gpu-b"]
     assert 'data-offline-host="gpu-b"' in c.get("/monitoring/").content.decode()
     ready.refresh_from_db()
