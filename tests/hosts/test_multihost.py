@@ -192,8 +192,9 @@ class Panel:
     def postgres(self):
         pgbin = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         if not pgbin:
-            subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True,
-                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True)
+            apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}  # as tests/pg.sh does
+            subprocess.run(["apt-get", "update", "-q"], check=True, env=apt, capture_output=True)
+            subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True, env=apt, capture_output=True)
             pgbin = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         pgbin = pgbin[-1]
         # Its own folder outside pytest's (root-only) tmp tree: the server runs as `postgres`.
