@@ -9,6 +9,7 @@ import socket
 
 import celery
 from celery import shared_task
+from celery.signals import worker_ready
 
 
 @shared_task(bind=True, name="dashboard.tasks.run_worker_check")
@@ -28,3 +29,13 @@ def run_worker_check(self, job_id):
             "celery": celery.__version__,
         },
     )
+
+
+@worker_ready.connect
+def watch_redis_restarts(sender=None, **kwargs):
+    """Sweep again from the rows when Redis restarts under a running worker (dashboard/recovery.py)."""
+    from django.conf import settings
+
+    from dashboard import recovery
+
+    recovery.start_watch(settings.HOST_NAME)

@@ -22,6 +22,7 @@ import logging
 import secrets
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -568,15 +569,20 @@ def deployment_start_process(*, deployment_id) -> Deployment | None:
     return dep
 
 
-def deployments_resume_interrupted(*, host) -> dict:
+def deployments_resume_interrupted(*, host, spawning_grace_s: float = 0) -> dict:
     """At worker start, from the rows (Redis's queue may have lost the messages, or a
     killed worker held them unacknowledged for an hour): this host's pending launches
     and stops are queued again (each claims its row, so a second message does nothing),
     and a launch cut between spawning the engine and recording its pid -- which nothing
-    could re-adopt -- has what it started ended and is launched again."""
+    could re-adopt -- has what it started ended and is launched again. While a worker
+    runs (`spawning_grace_s` > 0) only launches started that long ago count as cut: a
+    younger one may be this worker's, spawning now."""
     counts = {"launches": 0, "stops": 0, "relaunched": 0}
     rows = Deployment.objects.filter(host=host)
-    for dep in rows.filter(status=Deployment.Status.STARTING, pid__isnull=True):
+    cut = rows.filter(status=Deployment.Status.STARTING, pid__isnull=True)
+    if spawning_grace_s:
+        cut = cut.filter(started__lt=timezone.now() - timedelta(seconds=spawning_grace_s))
+    for dep in cut:
         orphans = supervisor.marked_processes(str(launch_dir_for(dep.pk)))
         left = supervisor.end_processes(orphans) if orphans else []
         if left:

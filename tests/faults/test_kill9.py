@@ -399,3 +399,62 @@ def test_kill9_matrix_nothing_lost(stub_engine, gemma_profile, operator):
                     os.killpg(runner.process.pid, signal.SIGKILL)
     lost = {f"{c.process} x {op}": why for c in cases for op, why in c.lost.items()}
     assert not lost, "\n".join(f"{k}: {v}" for k, v in lost.items())
+
+
+def test_redis_killed_under_a_running_worker_loses_no_queued_job(transactional_db, tmp_path):
+    """Outside the standalone runner (compose, systemd) the worker outlives a Redis crash. Here
+    that Redis keeps nothing (no append-only file: the worst case), and a queued run's message
+    is gone with it: the worker sees the new Redis and queues the run again from its row."""
+    from dashboard.standalone import find_redis_server
+    from inference.benchmarks import services as benchmarks
+    from inference.models import BenchmarkRun, Deployment
+    from tests.sse_stub import StubScript, running_stub
+
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def redis():
+        return subprocess.Popen([find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL,
+                                start_new_session=True)
+
+    server = redis()
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", f"default,host.{settings.HOST_NAME}",
+         "-n", f"kill9@{settings.HOST_NAME}", "--concurrency", "2", "--without-mingle", "--without-gossip",
+         "-l", "INFO"], cwd=REPO, env=child_env(REDIS_URL=url), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        wait_until(lambda: b" ready." in log.read_bytes() or worker.poll() is not None, 60, "worker start")
+        assert worker.poll() is None, log.read_text()
+        with running_stub(StubScript(token_delay=0.005)) as stub:
+            dep = Deployment.objects.create(name="stub", host=settings.HOST_NAME, engine_name="vllm",
+                                            status="ready", port=stub.port, served_model_name="stub")
+            scenario = benchmarks.scenario_with_overrides("decode-single-stream", {
+                "num_prompts": 2, "num_warmups": 0, "output_tokens": 8})
+            run = benchmarks.benchmark_row(deployment=dep, scenario=scenario, label="queued, message lost")
+            time.sleep(2)  # queued in the database, nothing in Redis: nobody runs it
+            assert BenchmarkRun.objects.get(pk=run.pk).status == "queued"
+            os.kill(server.pid, signal.SIGKILL)
+            server.wait()
+            server = redis()
+            done = wait_until(lambda: (r := BenchmarkRun.objects.get(pk=run.pk)).is_finished and r, 60,
+                              f"the queued run ran after Redis came back:\n{log.read_text()[-3000:]}")
+        assert done.status == "succeeded", done.error
+        assert "Redis restarted: queued again" in log.read_text()
+        line = "redis killed under a running worker (no persistence): the queued benchmark's message was lost " \
+               "with it; the worker saw the new Redis and queued it again from its row: succeeded"
+        print("\n" + line)
+        ARTIFACT.parent.mkdir(exist_ok=True)
+        with (REPO / "test-artifacts" / "kill9_redis_under_worker.txt").open("w") as f:
+            f.write(line + "\n")
+    finally:
+        for p in (worker, server):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()

@@ -167,3 +167,41 @@ def test_a_broken_record_is_dropped(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert stop_leftovers(tmp_path, print) == [] and not path.exists()
+
+
+def test_the_redis_restart_watch_fires_once_per_new_server_and_not_while_it_is_down():
+    from dashboard.recovery import RedisRestartWatch
+
+    class Client:
+        run_id = "a"
+
+        def info(self, section):
+            if self.run_id is None:
+                raise ConnectionError("down")
+            return {"run_id": self.run_id}
+
+    client, fired = Client(), []
+    watch = RedisRestartWatch(client, lambda: fired.append(client.run_id))
+    assert not watch.check() and fired == []
+    client.run_id = None  # down: nothing to say yet
+    assert not watch.check()
+    client.run_id = "b"
+    assert watch.check() and not watch.check() and fired == ["b"]
+
+
+def test_while_the_worker_runs_only_a_launch_cut_long_ago_counts_as_cut(db, sent):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inference.deployments.services import deployments_resume_interrupted
+    from inference.models import Deployment
+
+    young = Deployment.objects.create(name="spawning now", host=settings.HOST_NAME, status="starting",
+                                      started=timezone.now())
+    old = Deployment.objects.create(name="cut", host=settings.HOST_NAME, status="starting",
+                                    started=timezone.now() - timedelta(minutes=10))
+    counts = deployments_resume_interrupted(host=settings.HOST_NAME, spawning_grace_s=300)
+    assert counts["relaunched"] == 1
+    assert Deployment.objects.get(pk=young.pk).status == "starting"
+    assert Deployment.objects.get(pk=old.pk).status == "pending"
