@@ -16,15 +16,21 @@ def _watch_monitors():
     import time
 
     from django.db import close_old_connections
+    from redis.exceptions import RedisError
 
+    from dashboard.outage import DB_UNREACHABLE, Outage
     from dashboard.services import redis_client
     from monitoring.alerts import checks, conf
 
+    outage = Outage("Redis or the database (monitor check)", "the check waits")
     while True:
         time.sleep(conf.HOST_CHECK_EVERY_S)
         close_old_connections()
         try:
             checks.check_monitors(redis_client())
+            outage.over()
+        except (RedisError, OSError, *DB_UNREACHABLE) as exc:  # this host cut off: said once, not every round
+            outage.failed(exc)
         except Exception:  # noqa: BLE001 - try again next round
             logging.getLogger("kiln.alerts").exception("monitor check failed")
 

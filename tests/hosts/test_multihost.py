@@ -45,6 +45,8 @@ HEAD_IP = f"{SUBNET}.1"
 HOSTS = {"hostb": (f"{SUBNET}.2", "tests.fakenvml:two_gpus"), "hostc": (f"{SUBNET}.3", "tests.fakenvml:one_v100")}
 CLONE_NEWNET = 0x40000000
 WEB_PORT, REDIS_PORT, PG_PORT = 8080, 6379, 5432
+# How long B stays cut off; longer by hand (KILN_TEST_NETNS_OUTAGE_S=120) to see a long outage through.
+OUTAGE_S = float(os.environ.get("KILN_TEST_NETNS_OUTAGE_S") or 12)
 
 
 def ip(*args, check=True):
@@ -363,7 +365,7 @@ def _story(panel, net, head, s):
     r = chat()
     assert r.status_code == 503 and r.json()["error"]["code"] == "deployment_unreachable", r.text
     # B's worker and monitor have lost Redis and PostgreSQL: let them try for a while.
-    time.sleep(max(0.0, 12 - (time.monotonic() - cut)))
+    time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - cut)))
     assert panel.alive("monitor-hostb") and panel.alive("worker-hostb")
 
     # The cable back: the same engine, re-adopted without a restart, Ready and answering.
