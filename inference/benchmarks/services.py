@@ -526,11 +526,13 @@ def runs_interrupted_sweep(*, host: str) -> tuple[int, int]:
     whose runner died are marked failed as interrupted, never succeeded with partial
     data; queued runs are queued again, since their message may have gone with a killed
     worker or Redis (a second message is harmless: only one claim of a queued row wins).
-    Runs an experiment owns are left to the experiment's own resume. Returns
-    (interrupted, queued again)."""
+    Runs of an experiment that is still going are left to the experiment's own resume
+    (it records the cut run and measures again). Returns (interrupted, queued again)."""
     interrupted = requeued = 0
     mine = BenchmarkRun.objects.filter(deployment__host=host, source=BenchmarkRun.Source.KILN)
-    for run in mine.filter(status=BenchmarkRun.Status.RUNNING):
+    running = mine.filter(status=BenchmarkRun.Status.RUNNING).exclude(
+        experiment_steps__experiment__status__in=("queued", "running"))
+    for run in running:
         if not runner_gone(run, host):
             continue
         progress = {**(run.progress or {}), "phase": "interrupted"}

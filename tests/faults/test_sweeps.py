@@ -205,3 +205,22 @@ def test_while_the_worker_runs_only_a_launch_cut_long_ago_counts_as_cut(db, sent
     assert counts["relaunched"] == 1
     assert Deployment.objects.get(pk=young.pk).status == "starting"
     assert Deployment.objects.get(pk=old.pk).status == "pending"
+
+
+def test_a_cut_run_of_an_experiment_still_going_is_left_to_the_experiments_resume(db, sent):
+    from inference.benchmarks.services import runs_interrupted_sweep
+    from inference.models import BenchmarkRun, Deployment, Experiment, ExperimentStep
+
+    here = Deployment.objects.create(name="here", host=settings.HOST_NAME, status="ready", port=9)
+    pid, start = dead_process_record()
+    runner = {"host": settings.HOST_NAME, "pid": pid, "start_time": start}
+    runs = {}
+    for status in ("running", "failed"):
+        experiment = Experiment.objects.create(name=status, host=settings.HOST_NAME, scenario="decode-single-stream",
+                                               status=status)
+        runs[status] = _run(here, "running", runner)
+        ExperimentStep.objects.create(experiment=experiment, index=0, kind="measure", configuration=0,
+                                      status="running", run=runs[status])
+    assert runs_interrupted_sweep(host=settings.HOST_NAME) == (1, 0)
+    assert BenchmarkRun.objects.get(pk=runs["running"].pk).status == "running"  # the experiment records it
+    assert BenchmarkRun.objects.get(pk=runs["failed"].pk).status == "failed"  # nobody else would
