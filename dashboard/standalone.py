@@ -113,6 +113,18 @@ class Child:
         except ProcessLookupError:
             pass
 
+    def terminate(self):
+        """SIGTERM as the child wants it: Celery's main process alone, so that it shuts down
+        warm (its pool's children, which reset SIGTERM to the default, would die at once with
+        their tasks); every other child as a whole group."""
+        if self.name == "worker":
+            try:
+                os.kill(self.process.pid, signal.SIGTERM)
+                return
+            except ProcessLookupError:
+                pass
+        self.signal_group(signal.SIGTERM)
+
     def group_alive(self):
         try:
             os.killpg(self.process.pid, 0)
@@ -242,7 +254,7 @@ class Stack:
         """Stop children newest first (web, monitor, worker before Redis) and leave nothing running."""
         for child in reversed(self.children):
             if child.alive() or child.group_alive():
-                child.signal_group(signal.SIGTERM)
+                child.terminate()
                 deadline = time.monotonic() + GRACE_S
                 while child.group_alive() and time.monotonic() < deadline:
                     child.process.poll()
@@ -338,7 +350,10 @@ def stop_leftovers(data_dir, say):
         if not _same_process(child):
             continue  # gone, or its pid belongs to another program now: never signal that one
         pgid = child["pid"]  # each child leads its own session and group
-        _signal_group(pgid, signal.SIGTERM)
+        if child.get("name") == "worker":  # a warm shutdown, as Child.terminate() does
+            os.kill(pgid, signal.SIGTERM)
+        else:
+            _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.1)
