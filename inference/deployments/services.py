@@ -606,7 +606,32 @@ def deployments_resume_interrupted(*, host, spawning_grace_s: float = 0) -> dict
     for dep in rows.filter(status=Deployment.Status.STOPPING).only("pk"):
         if jobs.send(stop_deployment, dep.pk, queue=host_queue(host), on_refused=_stop_not_queued):
             counts["stops"] += 1
+    counts["installs"] = runtimes_resume_interrupted(host=host, at_start=not spawning_grace_s)
     return counts
+
+
+def runtimes_resume_interrupted(*, host, at_start=True) -> int:
+    """Managed runtimes of this host whose install (or removal) a dead worker left half-done,
+    or whose queued message was lost: queued again. The install runs its steps again over
+    what is there (pip skips what is installed); without this, a demo build cut by a restart
+    stayed "installing" for ever and the demo's launch waited on it. Installs and removals in
+    progress count as cut only at a worker's start (one may be running in this worker)."""
+    from inference.deployments.installs import _install_not_queued, _uninstall_not_queued
+    from inference.deployments.tasks import install_runtime, uninstall_runtime
+
+    Status = EngineRuntime.InstallStatus
+    rows = EngineRuntime.objects.filter(host=host)
+    if at_start:
+        rows.filter(install_status=Status.INSTALLING).update(
+            install_status=Status.QUEUED, install_progress=0.0,
+            install_step=_("the worker stopped during the install; installing again"))
+    count = 0
+    for row in rows.filter(install_status=Status.QUEUED).only("pk"):
+        count += jobs.send(install_runtime, row.pk, queue=host_queue(host), on_refused=_install_not_queued)
+    if at_start:
+        for row in rows.filter(install_status=Status.UNINSTALLING).only("pk"):
+            count += jobs.send(uninstall_runtime, row.pk, queue=host_queue(host), on_refused=_uninstall_not_queued)
+    return count
 
 
 def log_offset_of_latest_run(log_path) -> int:

@@ -57,7 +57,7 @@ def test_launch_cut_before_its_pid_was_recorded_ends_the_orphan_and_launches_aga
     cut.refresh_from_db()
     assert cut.status == "pending" and cut.phase == "relaunched" and "started again" in cut.hint
     assert [p["phase"] for p in cut.phases][-1] == "relaunched"
-    assert counts == {"launches": 2, "stops": 1, "relaunched": 1}
+    assert counts == {"launches": 2, "stops": 1, "relaunched": 1, "installs": 0}
     assert sorted(sent) == sorted([("inference.deployment_tasks.launch_deployment", cut.pk),
                                    ("inference.deployment_tasks.launch_deployment", waiting.pk),
                                    ("inference.deployment_tasks.stop_deployment", stopping.pk)])
@@ -224,3 +224,27 @@ def test_a_cut_run_of_an_experiment_still_going_is_left_to_the_experiments_resum
     assert runs_interrupted_sweep(host=settings.HOST_NAME) == (1, 0)
     assert BenchmarkRun.objects.get(pk=runs["running"].pk).status == "running"  # the experiment records it
     assert BenchmarkRun.objects.get(pk=runs["failed"].pk).status == "failed"  # nobody else would
+
+
+def test_an_install_cut_by_a_dead_worker_is_queued_again_and_one_running_now_is_left_alone(db, sent):
+    from inference.deployments.services import runtimes_resume_interrupted
+    from inference.models import EngineRuntime
+
+    def runtime(name, status):
+        return EngineRuntime.objects.create(name=name, host=settings.HOST_NAME, engine="llamacpp", kind="venv",
+                                            path=f"/nonexistent/{name}", catalog_key="llamacpp-cpu-demo",
+                                            install_status=status, install_progress=0.4)
+
+    cut, queued, removing = runtime("cut", "installing"), runtime("queued", "queued"), runtime("rm", "uninstalling")
+    done = runtime("done", "installed")
+    # While the worker runs, an install in progress may be its own: only the queued one is sent again.
+    assert runtimes_resume_interrupted(host=settings.HOST_NAME, at_start=False) == 1
+    assert EngineRuntime.objects.get(pk=cut.pk).install_status == "installing"
+    sent.clear()
+    assert runtimes_resume_interrupted(host=settings.HOST_NAME) == 3
+    cut.refresh_from_db()
+    assert cut.install_status == "queued" and cut.install_progress == 0 and "installing again" in cut.install_step
+    assert sorted(sent) == sorted([("inference.deployment_tasks.install_runtime", cut.pk),
+                                   ("inference.deployment_tasks.install_runtime", queued.pk),
+                                   ("inference.deployment_tasks.uninstall_runtime", removing.pk)])
+    assert EngineRuntime.objects.get(pk=done.pk).install_status == "installed"
