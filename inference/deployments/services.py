@@ -498,7 +498,8 @@ def engine_endpoint(bind_host: str, api_key: str) -> tuple[str, str]:
         return bind_host, api_key
     if bind_host in _LOCAL_OR_WILDCARD or _is_loopback(bind_host):
         bind_host = address
-    return bind_host, api_key or secrets.token_urlsafe(32)
+    # Hex: a URL-safe token may start with "-", which the engines refuse (it reads as a flag).
+    return bind_host, api_key or secrets.token_hex(24)
 
 
 def spawn_for(dep: Deployment, *, keep_port: bool) -> supervisor.Launched:
