@@ -71,6 +71,7 @@ class Monitor:
         self.publish_failing = 0
         self._db = ThreadPoolExecutor(1, thread_name_prefix="kiln-monitor-db")
         self._http: httpx.AsyncClient | None = None
+        self.next_scrape: asyncio.Future | None = None  # the engines' part of the next tick
         self.alerts = GpuConditions(host)  # Xid, slowdown, PCIe, ECC, memory: events written off this loop
         self.db_outage = Outage("the database (monitor)", "GPUs and engines are still sampled and published")
 
@@ -182,13 +183,22 @@ class Monitor:
         return self.seq
 
     async def tick(self) -> dict:
-        """Sample, scrape, publish once. Returns the published message."""
+        """Sample, publish once. Returns the published message.
+
+        The engines' part is the scrape started right after the previous tick's publish:
+        it ran in the idle time between ticks, so publishing a GPU sample does not wait for
+        the engines' /metrics (a 54 KB vLLM page costs ~5 ms to parse; an engine that does
+        not answer held every sample back by up to the scrape timeout, 0.2-2 s). On a busy
+        2-core host the wait for the engine processes to be scheduled was the largest part
+        of the sample-to-browser p99 (bench/soak.py). The first tick scrapes and waits.
+        """
         sampled_at = time.time()
-        scrape = asyncio.ensure_future(self.scrape_engines())  # engines answer while NVML is read
+        scrape = self.next_scrape or asyncio.ensure_future(self.scrape_engines())
+        self.next_scrape = None
         gpus = self.nvml.sample_all() if self.nvml.status.ok else []
         xids = self.watcher.poll(timeout_ms=0) if self.watcher is not None else []
         self.alerts.observe(gpus, xids)
-        engines = await scrape
+        engines = await scrape  # done already unless it is the first tick or an engine is slow
         pids = {t["pid"]: {"id": t["deployment_id"], "name": t["name"]} for t in self.targets if t.get("pid")}
         if pids:
             attach_deployments(gpus, pids)
@@ -227,6 +237,7 @@ class Monitor:
             if not self.publish_failing:
                 log.warning("monitor: cannot publish to Redis (%s); still sampling and recording history", exc)
             self.publish_failing += 1
+        self.next_scrape = asyncio.ensure_future(self.scrape_engines())
         return message
 
     def heartbeat(self) -> dict:
@@ -278,6 +289,9 @@ class Monitor:
         self.flush_task = asyncio.get_running_loop().run_in_executor(self._db, self._write, rows, prune)
 
     async def _close(self) -> None:
+        if self.next_scrape is not None:
+            self.next_scrape.cancel()
+            await asyncio.gather(self.next_scrape, return_exceptions=True)
         if self._http is not None:
             await self._http.aclose()
         if self.flush_task is not None:
