@@ -188,9 +188,9 @@ class Monitor:
         The engines' part is the scrape started right after the previous tick's publish:
         it ran in the idle time between ticks, so publishing a GPU sample does not wait for
         the engines' /metrics (a 54 KB vLLM page costs ~5 ms to parse; an engine that does
-        not answer held every sample back by up to the scrape timeout, 0.2-2 s). On a busy
-        2-core host the wait for the engine processes to be scheduled was the largest part
-        of the sample-to-browser p99 (bench/soak.py). The first tick scrapes and waits.
+        not answer held every sample back by up to the scrape timeout, 0.2-2 s), nor, on a
+        busy host, for the engine processes to be scheduled (bench/soak.py measures the
+        sample-to-browser latency). The first tick scrapes and waits.
         """
         sampled_at = time.time()
         scrape = self.next_scrape or asyncio.ensure_future(self.scrape_engines())
