@@ -82,12 +82,13 @@ def refuse_if_unmigrated(what):
         raise UnappliedMigrations(message)
 
 
-async def lifespan(scope, receive, send, *, what="the web server"):
+async def lifespan(scope, receive, send, *, what="the web server", then=None):
     """The ASGI lifespan protocol: the server (uvicorn, gunicorn's uvicorn worker)
     asks at start-up, and a refusal makes it log the message and exit before it
     accepts a connection. Checked here rather than when dashboard.asgi is
     imported, so that the tests (and anything else importing the app) are not
-    refused by the database of a process that serves nothing."""
+    refused by the database of a process that serves nothing. `then` (sync) runs
+    after a passed check, before the server accepts its first connection."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -95,6 +96,8 @@ async def lifespan(scope, receive, send, *, what="the web server"):
             if problem:
                 await send({"type": "lifespan.startup.failed", "message": problem})
                 return
+            if then is not None:
+                await sync_to_async(then, thread_sensitive=True)()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
