@@ -108,6 +108,17 @@ def point_celery_at(url):
         app.__dict__["amqp"]._producer_pool = None
 
 
+@pytest.fixture(autouse=True)
+def _celery_back_on_the_test_redis():
+    """Point this process's Celery back where it was: the later tests of the run enqueue
+    through it, and the runner's embedded Redis is gone with the runner."""
+    from dashboard.celery import app
+
+    before = app.conf.broker_url
+    yield
+    point_celery_at(before)
+
+
 def sha256_of(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
