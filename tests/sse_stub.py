@@ -308,17 +308,21 @@ def running_stub(script: StubScript | None = None, tokenize_style: str = "vllm")
         thread.join(5)
 
 
-def main() -> None:
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+def serve_forever(server: "StubServer", port: int = 0) -> None:
+    """Run `server` as this process's only job: print `PORT <n>` once it listens, then serve
+    until the process is stopped (what tests that start a stub engine as a process read)."""
 
     async def serve() -> None:
-        server = StubServer()
         await server.start(port)
         print(f"PORT {server.port}", flush=True)
         await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
+
+
+def main() -> None:
+    serve_forever(StubServer(), int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 
 
 if __name__ == "__main__":

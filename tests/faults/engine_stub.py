@@ -4,9 +4,8 @@ loop can follow its pid like an engine's): tests/sse_stub.py's OpenAI server, st
 `python -m tests.faults.engine_stub --token-delay 0.02 --delay 0.1` prints `PORT <n>`."""
 import argparse
 import asyncio
-import contextlib
 
-from tests.sse_stub import StubScript, StubServer
+from tests.sse_stub import StubScript, StubServer, serve_forever
 
 
 class SlowStub(StubServer):
@@ -25,15 +24,7 @@ def main():
     parser.add_argument("--token-delay", type=float, default=0.02)
     parser.add_argument("--delay", type=float, default=0.1)
     args = parser.parse_args()
-
-    async def serve():
-        server = SlowStub(StubScript(token_delay=args.token_delay), args.delay)
-        await server.start(0)
-        print(f"PORT {server.port}", flush=True)
-        await asyncio.Event().wait()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+    serve_forever(SlowStub(StubScript(token_delay=args.token_delay), args.delay))
 
 
 if __name__ == "__main__":
